@@ -1,0 +1,85 @@
+"""The compile pipeline, as one ordered list of named steps:
+
+    load_recipe → plan_recipe → emit → (cache | compile_program) → write_package
+
+``build`` runs it for one recipe and target; misses compile in parallel worker processes
+(``jobs``), hits come straight from the content-addressed cache.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .cache import CodeCache, cache_key
+from .driver import CodeObject, compile_program
+from .emit import Program, emit, emitter_digest
+from .package import write_package
+from .plan import Plan, plan_recipe
+from .recipe import Recipe
+from .targets import TARGETS, Target
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    package: Path
+    programs: int
+    compiled: int  # cache misses
+    cached: int  # cache hits
+
+
+def retarget(recipe: Recipe, target_name: str | None) -> Recipe:
+    """The recipe for another target (``--target``), keeping its SM/CU count."""
+    if target_name is None or target_name == recipe.deployment.target.name:
+        return recipe
+    return replace(recipe, deployment=replace(recipe.deployment, target=TARGETS[target_name]))
+
+
+def _compile_one(args: tuple[Program, Target]) -> CodeObject:
+    program, target = args
+    return compile_program(program, target)
+
+
+def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
+          progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
+    plan: Plan = plan_recipe(recipe)
+    target = recipe.deployment.target
+    digest = emitter_digest()
+    cache = CodeCache(cache_dir)
+    programs = {p.name: emit(recipe, p) for p in plan.programs}
+    keys = {name: cache_key(prog, target, digest) for name, prog in programs.items()}
+    codes: dict[str, CodeObject] = {}
+    misses: dict[str, list[str]] = {}  # key → program names (identical programs compile once)
+    for name, key in keys.items():
+        hit = cache.get(key, name)
+        if hit is not None:
+            codes[name] = hit
+        else:
+            misses.setdefault(key, []).append(name)
+    total, done = len(misses), 0
+
+    def finish(key: str, code: CodeObject) -> None:
+        nonlocal done
+        cache.put(key, code)
+        for name in misses[key]:
+            codes[name] = replace(code, program=name)
+        done += 1
+        if progress:
+            progress(done, total, misses[key][0])
+
+    work = [(key, (programs[names[0]], target)) for key, names in misses.items()]
+    if jobs <= 1 or len(work) <= 1:
+        for key, item in work:
+            finish(key, _compile_one(item))
+    else:
+        context = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "forkserver")
+        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+            futures = {pool.submit(_compile_one, item): key for key, item in work}
+            for future in as_completed(futures):
+                finish(futures[future], future.result())
+    package = write_package(out_dir, plan, programs, codes, keys)
+    return BuildResult(package, len(programs), len(work), len(programs) - sum(len(v) for v in misses.values()))

@@ -1,0 +1,87 @@
+"""The compiler driver: a Program becomes a CodeObject for a target, on a machine with no GPU.
+
+Triton compiles the emitted kernel to LLVM IR and then to a cubin (sm_90, through the ptxas
+bundled with Triton) or an hsaco (gfx942/gfx950, through the AMD linker inside libtriton).
+Line info is off so that the code objects do not depend on where the sources live; the
+package is byte-identical wherever it is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import tempfile
+from dataclasses import dataclass
+
+from .emit import Program, kernel_function
+from .errors import CompileError
+from .resources import Resources, amd_resources, nvidia_resources
+from .targets import Target
+
+IR_TEXTS = {"cuda": ("llir", "ptx"), "hip": ("llir", "amdgcn")}
+
+
+@dataclass(frozen=True)
+class CodeObject:
+    program: str
+    target: str
+    symbol: str  # the kernel's name inside the binary
+    binary: bytes  # cubin or hsaco
+    ir: tuple[tuple[str, str], ...]  # (llir, text), (ptx | amdgcn, text)
+    shared_bytes: int  # dynamic shared memory to pass at launch
+    num_warps: int
+    resources: Resources
+    fingerprint: str  # sha256 of the LLVM IR
+
+    def ir_text(self, kind: str) -> str:
+        return dict(self.ir)[kind]
+
+
+def _source(program: Program):
+    from triton.compiler import ASTSource
+
+    fn = kernel_function(program.kernel)
+    signature = {a.name: a.type for a in program.args}
+    constexprs = dict(program.constexprs)
+    for name in program.dropped:
+        signature[name] = "constexpr"
+        constexprs[name] = None
+    for name in fn.arg_names:
+        signature.setdefault(name, "constexpr")
+    missing = [n for n in fn.arg_names if signature[n] == "constexpr" and n not in constexprs]
+    if missing:
+        raise CompileError(f"{program.name}: the plan gives no value for constexpr(s) {', '.join(missing)}")
+    # Every pointer is 16-byte aligned (the runtime checks at bind), which allows 16-byte loads.
+    attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n].startswith("*")}
+    return ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
+
+
+def compile_program(program: Program, target: Target) -> CodeObject:
+    import triton
+    from triton import knobs
+
+    src = _source(program)
+    options = {"num_warps": program.num_warps, "launch_pdl": program.launch_pdl,
+               "launch_cooperative_grid": program.launch_cooperative}
+    with tempfile.TemporaryDirectory(prefix="monobuild-triton-") as triton_cache, \
+            knobs.compilation.scope(), knobs.cache.scope():
+        knobs.compilation.disable_line_info = True
+        knobs.cache.dir = triton_cache  # Triton's own cache stays out: ours is content-addressed
+        try:
+            compiled = triton.compile(src, target=target.gpu_target(), options=options)
+        except Exception as e:  # the toolchain's errors come in many types; name the program
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CompileError(f"{program.name} for {target.name}: {first}") from e
+    md = compiled.metadata
+    binary = compiled.asm["cubin" if target.is_nvidia else "hsaco"]
+    threads = program.num_warps * target.warp_size
+    kinds = IR_TEXTS[target.backend]
+    if target.is_nvidia:
+        res = nvidia_resources(binary, md.shared, threads, target)
+    else:
+        res = amd_resources(compiled.asm["amdgcn"], md.shared, threads, target)
+    llir = compiled.asm["llir"]
+    return CodeObject(
+        program=program.name, target=target.name, symbol=md.name, binary=bytes(binary),
+        ir=tuple((k, compiled.asm[k]) for k in kinds), shared_bytes=md.shared, num_warps=md.num_warps,
+        resources=res, fingerprint=hashlib.sha256(llir.encode()).hexdigest(),
+    )

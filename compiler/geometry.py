@@ -1,0 +1,219 @@
+"""Model geometry read from the model's own Hugging Face ``config.json``.
+
+Only what changes the kernels is kept. Dense decoder families are served: Llama (including
+llama3 RoPE scaling), Mistral, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm). Both the
+``rope_theta``/``rope_scaling`` keys of older configs and the ``rope_parameters`` block of
+newer ones are read; nothing is guessed from the model's name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InputError
+
+#: model_type → (q/k/v bias, per-head q/k norm). Anything else is refused.
+FAMILIES: dict[str, tuple[bool, bool]] = {
+    "llama": (False, False),
+    "mistral": (False, False),
+    "qwen2": (True, False),
+    "qwen3": (False, True),
+}
+ROPE_KINDS = ("default", "llama3")
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """llama3-style frequency scaling (Llama 3.1/3.2)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class Geometry:
+    family: str
+    hidden: int
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    norm_eps: float
+    rope_theta: float
+    rope_kind: str
+    rope_scaling: RopeScaling | None
+    tied_head: bool
+    qkv_bias: bool
+    qk_norm: bool
+    max_positions: int
+
+    @property
+    def qkv_rows(self) -> int:
+        return (self.q_heads + 2 * self.kv_heads) * self.head_dim
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def layer_weight_elems(self) -> int:
+        """Elements of one decoder layer's weights (norms included)."""
+        h, d = self.hidden, self.head_dim
+        elems = self.qkv_rows * h + h * self.q_heads * d + 3 * self.intermediate * h + 2 * h
+        if self.qkv_bias:
+            elems += self.qkv_rows
+        if self.qk_norm:
+            elems += 2 * d
+        return elems
+
+    def to_json(self) -> dict:
+        out = dict(self.__dict__)
+        out["rope_scaling"] = None if self.rope_scaling is None else dict(self.rope_scaling.__dict__)
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> Geometry:
+        data = dict(data)
+        if data.get("rope_scaling") is not None:
+            data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        return Geometry(**data)
+
+
+def _field(cfg: dict, source: str, name: str, kind: type, *, default=None, required=True):
+    if name not in cfg or cfg[name] is None:
+        if required and default is None:
+            raise InputError(source, name, "missing")
+        return default
+    value = cfg[name]
+    if kind is float and isinstance(value, int) and not isinstance(value, bool):
+        value = float(value)
+    if kind is int and isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InputError(source, name, f"expected {kind.__name__}, got {value!r}")
+    if kind in (int, float) and value <= 0:
+        raise InputError(source, name, f"must be positive, got {value!r}")
+    return value
+
+
+def _rope(cfg: dict, source: str) -> tuple[float, str, RopeScaling | None]:
+    params = cfg.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise InputError(source, "rope_parameters", "expected a mapping")
+    scaling = params if params is not None else cfg.get("rope_scaling")
+    key = "rope_parameters" if params is not None else "rope_scaling"
+    theta_src = params if params is not None and "rope_theta" in params else cfg
+    theta_key = f"{key}.rope_theta" if theta_src is params else "rope_theta"
+    theta = theta_src.get("rope_theta", 10000.0)
+    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
+        raise InputError(source, theta_key, f"expected a positive number, got {theta!r}")
+    if scaling is None:
+        return float(theta), "default", None
+    if not isinstance(scaling, dict):
+        raise InputError(source, key, "expected a mapping or null")
+    kind = scaling.get("rope_type", scaling.get("type", "default"))
+    if kind not in ROPE_KINDS:
+        raise InputError(source, f"{key}.rope_type", f"unsupported RoPE kind {kind!r} (served: {', '.join(ROPE_KINDS)})")
+    if kind == "default":
+        return float(theta), "default", None
+    try:
+        rs = RopeScaling(
+            factor=float(scaling["factor"]),
+            low_freq_factor=float(scaling["low_freq_factor"]),
+            high_freq_factor=float(scaling["high_freq_factor"]),
+            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
+        )
+    except KeyError as e:
+        raise InputError(source, f"{key}.{e.args[0]}", "missing (needed by llama3 RoPE)") from None
+    except (TypeError, ValueError) as e:
+        raise InputError(source, key, f"malformed llama3 RoPE parameters: {e}") from None
+    return float(theta), "llama3", rs
+
+
+def geometry_from_config(cfg: dict, source: str) -> Geometry:
+    """Validate a parsed config.json and return its Geometry; errors name ``source`` and the field."""
+    if not isinstance(cfg, dict):
+        raise InputError(source, None, "expected a JSON object")
+    family = cfg.get("model_type")
+    if family not in FAMILIES:
+        raise InputError(
+            source, "model_type", f"unknown family {family!r} (served: {', '.join(sorted(FAMILIES))})"
+        )
+    qkv_bias, qk_norm = FAMILIES[family]
+    if family != "qwen2" and cfg.get("attention_bias"):
+        raise InputError(source, "attention_bias", "q/k/v/o biases are not served for this family")
+    if cfg.get("mlp_bias"):
+        raise InputError(source, "mlp_bias", "MLP biases are not served")
+    act = cfg.get("hidden_act", "silu")
+    if act != "silu":
+        raise InputError(source, "hidden_act", f"only silu is served, got {act!r}")
+    for moe_key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if cfg.get(moe_key):
+            raise InputError(source, moe_key, "mixture-of-experts layers are not served yet")
+
+    hidden = _field(cfg, source, "hidden_size", int)
+    q_heads = _field(cfg, source, "num_attention_heads", int)
+    kv_heads = _field(cfg, source, "num_key_value_heads", int, default=q_heads)
+    head_dim = _field(cfg, source, "head_dim", int, default=hidden // q_heads)
+    if q_heads % kv_heads:
+        raise InputError(source, "num_key_value_heads", f"{kv_heads} does not divide {q_heads} query heads")
+    if head_dim % 16 or head_dim & (head_dim - 1):
+        raise InputError(source, "head_dim", f"must be a power of two ≥ 16, got {head_dim}")
+    if q_heads // kv_heads & (q_heads // kv_heads - 1):
+        raise InputError(source, "num_attention_heads", "the GQA group (query heads per KV head) must be a power of two")
+    intermediate = _field(cfg, source, "intermediate_size", int)
+    for name, value in (("hidden_size", hidden), ("intermediate_size", intermediate)):
+        if value % 64:
+            raise InputError(source, name, f"must be a multiple of 64, got {value}")
+    window = cfg.get("sliding_window")
+    if window and cfg.get("use_sliding_window", family == "mistral"):
+        raise InputError(source, "sliding_window", "sliding-window attention is not served")
+    theta, rope_kind, rope_scaling = _rope(cfg, source)
+    max_positions = _field(cfg, source, "max_position_embeddings", int)
+    return Geometry(
+        family=family,
+        hidden=hidden,
+        layers=_field(cfg, source, "num_hidden_layers", int),
+        q_heads=q_heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim,
+        intermediate=intermediate,
+        vocab=_field(cfg, source, "vocab_size", int),
+        norm_eps=_field(cfg, source, "rms_norm_eps", float),
+        rope_theta=theta,
+        rope_kind=rope_kind,
+        rope_scaling=rope_scaling,
+        tied_head=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=qkv_bias,
+        qk_norm=qk_norm,
+        max_positions=max_positions,
+    )
+
+
+def load_geometry(path: Path) -> Geometry:
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise InputError(path, None, "file not found") from None
+    except OSError as e:
+        raise InputError(path, None, f"cannot read: {e.strerror}") from None
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InputError(path, None, f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    return geometry_from_config(cfg, str(path))
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(n, 1))))

@@ -1,0 +1,107 @@
+"""Device helpers shared by every program: sync edges, activation loads, the tiled GEMV.
+
+Everything here is ``@triton.jit`` and specialised by constexprs, so one source gives both
+modes: *persistent* (all stages in one launch, chained by ``signal``/``wait``) and *staged*
+(one stage per launch, where the launch boundary orders the stages and no wait is emitted).
+"""
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def signal(counter_ptr):
+    """Producer side of a sync edge: every thread's stores, a CTA barrier, then one release add.
+
+    The barrier orders the CTA's stores before thread 0's atomic; the release at gpu/agent
+    scope makes them visible to any CTA whose acquire reads the new count.
+    """
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait(counter_ptr, target):
+    """Consumer side: spin on an acquire read of the counter until it reaches ``target``.
+
+    ``atomic_add(ptr, 0, sem='acquire')`` folds into an acquire load (``ld.global.gpu.acquire``
+    on sm_90, ``global_load … sc1; buffer_inv`` on gfx9); its result is broadcast to the CTA
+    through shared memory with a barrier, so every thread's later loads are ordered after it.
+    """
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    while seen < target:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
+def step_epoch(counter_ptr, G: tl.constexpr):
+    """This step's epoch, read before this CTA's first signal of the step.
+
+    Counters only grow: after step e every one of the G CTAs has signalled each edge once, so
+    the first edge's counter lies in [e·G, (e+1)·G) until this CTA signals it. Targets are
+    (e+1)·G; nothing is reset between steps and nothing comes from the host, so a CUDA graph
+    replays the step unchanged.
+    """
+    seen = tl.atomic_add(counter_ptr, 0, sem="relaxed", scope="gpu")
+    return seen // G
+
+
+@triton.jit
+def load_act(ptrs, mask):
+    """Load an activation written by another CTA: ``.cg`` keeps it out of the non-coherent L1."""
+    return tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg").to(tl.float32)
+
+
+@triton.jit
+def row_rstd(x_ptr, M: tl.constexpr, K: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
+             EPS: tl.constexpr):
+    """1 / RMS of each of the M rows of an fp32 [M, K] activation (padded rows give 1/sqrt(eps))."""
+    r = tl.arange(0, ROWS_P)
+    total = tl.zeros([ROWS_P], tl.float32)
+    for k0 in range(0, K, BK):
+        k = k0 + tl.arange(0, BK)
+        x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
+        total += tl.sum(x * x, axis=1)
+    return 1.0 / tl.sqrt(total / K + EPS)
+
+
+@triton.jit
+def load_w_chunk(w_ptr, rows, row_mask, k0, K: tl.constexpr, BK: tl.constexpr):
+    """One [len(rows), BK] chunk of a row-major [N, K] weight, starting at column k0."""
+    k = k0 + tl.arange(0, BK)
+    return tl.load(w_ptr + rows[:, None] * K + k[None, :], mask=row_mask[:, None] & (k[None, :] < K), other=0.0)
+
+
+@triton.jit
+def mm(a, b_t, DOT_IEEE: tl.constexpr):
+    """a @ b_t.T with fp32 accumulation; fp32 operands use IEEE products (no tf32 rounding)."""
+    if DOT_IEEE:
+        return tl.dot(a, tl.trans(b_t), input_precision="ieee")
+    else:
+        return tl.dot(a, tl.trans(b_t))
+
+
+@triton.jit
+def gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first,
+         M: tl.constexpr, K: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
+         NORM: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """acc[ROWS_P, len(rows)] = x̂[:M, :K] @ W[rows, :K]ᵀ in fp32.
+
+    x is an fp32 activation; with NORM, x̂ = x · rstd · norm_weight (RMSNorm fused in), cast to
+    the weight dtype before the product. ``w_first`` is the first weight chunk, loaded by the
+    caller (before a sync wait, where there is one); each iteration loads the next chunk before
+    it multiplies the current one, so a weight load is always in flight.
+    """
+    r = tl.arange(0, ROWS_P)
+    w = w_first
+    acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
+    for k0 in range(0, K, BK):
+        w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < K), k0 + BK, K, BK)
+        k = k0 + tl.arange(0, BK)
+        x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
+        if NORM:
+            g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+            x = x * rstd[:, None] * g[None, :]
+        acc += mm(x.to(w.dtype), w, DOT_IEEE)
+        w = w_next
+    return acc

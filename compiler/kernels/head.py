@@ -1,0 +1,64 @@
+"""The programs around the layers: the token embedding and the final norm + LM head.
+
+``head_kernel`` has two stages: 0 ``logits`` (RMSNorm(x) · W_headᵀ in tiles of BN vocabulary
+rows, fp32 logits, each tile's max and first argmax per row) and, for a greedy head, 1 ``argmax``
+(one task per token row reduces the tiles' partials to the next id; ties go to the lowest id,
+as ``torch.argmax`` does).
+"""
+
+import triton
+import triton.language as tl
+
+from .common import load_act, signal, step_epoch, wait
+from .layer import gemv_stage
+
+
+@triton.jit
+def embed_kernel(ids, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr, G: tl.constexpr):
+    """x_out[m, :] = embed[ids[m], :] in fp32; tasks are (row, chunk of BH columns)."""
+    CHUNKS: tl.constexpr = (H + BH - 1) // BH
+    for task in range(tl.program_id(0), M * CHUNKS, G):
+        m = task // CHUNKS
+        c = (task % CHUNKS) * BH + tl.arange(0, BH)
+        token = tl.load(ids + m).to(tl.int64)
+        row = tl.load(embed + token * H + c, mask=c < H, other=0.0)
+        tl.store(x_out + m * H + c, row.to(tl.float32), mask=c < H)
+
+
+@triton.jit
+def head_kernel(
+    x_in, final_norm, w_head, logits, tile_max, tile_arg, ids, counters,
+    H: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
+    GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
+):
+    """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring)."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    PERSISTENT: tl.constexpr = FIRST < LAST
+    pid = tl.program_id(0)
+    r = tl.arange(0, ROWS_P)
+    if FIRST <= 0 and 0 <= LAST:
+        gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, V, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE)
+        if GREEDY:  # a greedy head: each tile's max and first argmax per row
+            tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
+            n = tl.arange(0, BN)
+            for tile in range(pid, TILES, G):
+                cols = tile * BN + n
+                mask = (r[:, None] < M) & (cols[None, :] < V)
+                vals = load_act(logits + r[:, None] * V + cols[None, :], mask)
+                vals = tl.where(mask, vals, float("-inf"))
+                best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
+                tl.store(tile_max + r * TILES + tile, best, mask=r < M)
+                tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
+    if PERSISTENT:
+        target = (step_epoch(counters, G) + 1) * G
+        signal(counters)
+        wait(counters, target)
+    if FIRST <= 1 and 1 <= LAST:
+        t = tl.arange(0, TILES_P)
+        for m in range(pid, M, G):
+            vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+            args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
+            best = tl.max(vals, axis=0)
+            tl.store(ids + m, tl.min(tl.where(vals == best, args, V), axis=0))

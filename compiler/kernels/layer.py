@@ -1,0 +1,266 @@
+"""The dense decoder layer as one program of six stages.
+
+Stages (index, name, tasks):
+
+0. ``qkv``     RMSNorm(x_in) · W_qkvᵀ (+ bias) → qkv (raw, fp32)        tiles of BN rows of W_qkv
+1. ``attn``    q/k norm, RoPE, new K/V appended to the paged cache (live rows only), split-KV
+               attention over the cache plus the step's own tokens → partials (acc, max, sum)
+                                                                        (row, KV head, split)
+2. ``combine`` merge the splits' partials → attn_out                    (token row, query head)
+3. ``o``       attn_out · W_oᵀ + x_in → x1                              tiles of BN rows of W_o
+4. ``up``      RMSNorm(x1) · [W_gate | W_up]ᵀ, silu(g)·u → h            tiles of BN rows of each
+5. ``down``    h · W_downᵀ + x1 → x_out                                 tiles of BN rows of W_down
+
+Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
+each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. Before each
+wait a CTA loads its first task's first weight chunk, so the wait hides under that load.
+"""
+
+import triton
+import triton.language as tl
+
+from .common import gemv, load_act, load_w_chunk, mm, row_rstd, signal, step_epoch, wait
+
+STAGES = ("qkv", "attn", "combine", "o", "up", "down")
+
+
+@triton.jit
+def _rope_rows(raw_ptr, row_off, col0, pos, rope_ptr, norm_ptr, valid,
+               D: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
+    """Rows of q or k heads from the raw qkv buffer, q/k-normed (Qwen3) and rotated (RoPE).
+
+    ``row_off[i]`` is the element offset of row i's token in qkv, ``col0[i]`` its head's first
+    column, ``pos[i]`` its position. rotate_half pairs column d with d ± D/2, so the partner
+    columns are loaded directly instead of shuffled.
+    """
+    HALF: tl.constexpr = D // 2
+    d = tl.arange(0, D)
+    partner = (d + HALF) % D
+    x = load_act(raw_ptr + row_off[:, None] + col0[:, None] + d[None, :], valid[:, None])
+    xp = load_act(raw_ptr + row_off[:, None] + col0[:, None] + partner[None, :], valid[:, None])
+    if QK_NORM:
+        rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + EPS)
+        x = x * rstd[:, None] * tl.load(norm_ptr + d).to(tl.float32)[None, :]
+        xp = xp * rstd[:, None] * tl.load(norm_ptr + partner).to(tl.float32)[None, :]
+    freq = d % HALF
+    cos = tl.load(rope_ptr + pos[:, None] * D + freq[None, :], mask=valid[:, None], other=1.0)
+    sin = tl.load(rope_ptr + pos[:, None] * D + HALF + freq[None, :], mask=valid[:, None], other=0.0)
+    sign = tl.where(d < HALF, -1.0, 1.0)
+    return x * cos + sign[None, :] * xp * sin
+
+
+@triton.jit
+def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
+    """One online-softmax step over a tile of scores (masked entries are -inf)."""
+    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(scores - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    acc = acc * alpha[:, None] + mm(p.to(values.dtype), tl.trans(values), DOT_IEEE)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr,
+               block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
+               NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+               SPLITS: tl.constexpr, BS: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
+               QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens."""
+    GROUP: tl.constexpr = NQ // NKV
+    NQKV: tl.constexpr = (NQ + 2 * NKV) * D
+    s = task % SPLITS
+    h = (task // SPLITS) % NKV
+    b = task // (SPLITS * NKV)
+    ctx = tl.load(context_lens_ptr + b)
+    live = ctx > 0
+    kv_dtype = k_cache_ptr.dtype.element_ty
+
+    # Query rows i = g·TOKENS + j: head h·GROUP + g, token j of row b.
+    i = tl.arange(0, QP)
+    q_valid = (i < GROUP * TOKENS) & live
+    q_tok = b * TOKENS + i % TOKENS
+    q_pos = tl.load(positions_ptr + q_tok, mask=q_valid, other=0)
+    q = _rope_rows(qkv_ptr, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr, q_norm_ptr,
+                   q_valid, D, QK_NORM, EPS)
+    q = (q * (1.0 / tl.sqrt(float(D)))).to(kv_dtype)
+
+    # The step's own tokens j' of row b: K (normed, rotated) and V, rounded as the cache stores them.
+    jn = tl.arange(0, TP)
+    n_valid = (jn < TOKENS) & live
+    n_tok = b * TOKENS + jn
+    n_pos = tl.load(positions_ptr + n_tok, mask=n_valid, other=0)
+    k_new = _rope_rows(qkv_ptr, n_tok * NQKV, (NQ + h) * D + jn * 0, n_pos, rope_ptr, k_norm_ptr,
+                       n_valid, D, QK_NORM, EPS).to(kv_dtype)
+    d = tl.arange(0, D)
+    v_new = load_act(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :],
+                     n_valid[:, None]).to(kv_dtype)
+
+    m_i = tl.full([QP], float("-inf"), tl.float32)
+    l_i = tl.zeros([QP], tl.float32)
+    acc = tl.zeros([QP, D], tl.float32)
+
+    # This split's share of the cached positions [0, ctx - TOKENS), in whole pages.
+    cached = tl.where(live, ctx - TOKENS, 0)
+    pages = tl.cdiv(cached, BS)
+    per_split = tl.cdiv(pages, SPLITS)
+    t = tl.arange(0, BS)
+    for p in range(s * per_split, tl.minimum(s * per_split + per_split, pages)):
+        block = tl.load(block_tables_ptr + b * bt_stride + p).to(tl.int64)
+        slot = (block * BS + t) * NKV + h
+        k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :])
+        v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :])
+        scores = mm(q, k, DOT_IEEE)
+        scores = tl.where((p * BS + t < cached)[None, :], scores, float("-inf"))
+        m_i, l_i, acc = _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
+
+    if s == SPLITS - 1:  # the last split also attends to the step's own tokens, causally
+        scores = mm(q, k_new, DOT_IEEE)
+        causal = (jn[None, :] <= (i % TOKENS)[:, None]) & n_valid[None, :]
+        scores = tl.where(causal, scores, float("-inf"))
+        m_i, l_i, acc = _softmax_update(scores, v_new, m_i, l_i, acc, DOT_IEEE)
+
+    out = (q_tok * NQ + h * GROUP + i // TOKENS) * SPLITS + s
+    row_ok = i < GROUP * TOKENS
+    tl.store(part_acc_ptr + out[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
+    tl.store(part_ml_ptr + out * 2, m_i, mask=row_ok)
+    tl.store(part_ml_ptr + out * 2 + 1, l_i, mask=row_ok)
+
+    if s == 0:  # append the new K/V; a dead row (context 0) stores nothing
+        page = tl.load(block_tables_ptr + b * bt_stride + n_pos // BS, mask=n_valid, other=0).to(tl.int64)
+        slot = (page * BS + n_pos % BS) * NKV + h
+        tl.store(k_cache_ptr + slot[:, None] * D + d[None, :], k_new, mask=n_valid[:, None])
+        tl.store(v_cache_ptr + slot[:, None] * D + d[None, :], v_new, mask=n_valid[:, None])
+
+
+@triton.jit
+def _combine_task(task, part_acc_ptr, part_ml_ptr, attn_out_ptr,
+                  NQ: tl.constexpr, D: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr):
+    """Task (token row, query head): merge the splits' (acc, max, sum) into the head's output."""
+    s = tl.arange(0, SP)
+    d = tl.arange(0, D)
+    valid = s < SPLITS
+    base = task * SPLITS + s
+    m = tl.load(part_ml_ptr + base * 2, mask=valid, other=float("-inf"), cache_modifier=".cg")
+    l_s = load_act(part_ml_ptr + base * 2 + 1, valid)
+    acc = load_act(part_acc_ptr + base[:, None] * D + d[None, :], valid[:, None])
+    m_max = tl.max(m, axis=0)
+    weight = tl.exp(m - tl.where(m_max == float("-inf"), 0.0, m_max))
+    num = tl.sum(weight[:, None] * acc, axis=0)
+    den = tl.sum(weight * l_s, axis=0)
+    tl.store(attn_out_ptr + task * D + d, num / tl.where(den > 0, den, 1.0))
+
+
+@triton.jit
+def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, INTER: tl.constexpr):
+    """Weight rows of an output tile; GATED interleaves gate row n with up row INTER + n."""
+    if GATED:
+        n = tile * BN + j // 2
+        return n + (j % 2) * INTER, n < N
+    else:
+        n = tile * BN + j
+        return n, n < N
+
+
+@triton.jit
+def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wait_ptr, target,
+               N: tl.constexpr, K: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
+               NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+               GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
+
+    x̂ is RMSNorm(x) when NORM. GATED tiles hold BN gate rows interleaved with BN up rows, so
+    one product gives both and a split of the accumulator separates them. The CTA's first
+    weight chunk is loaded before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``;
+    WAIT=2: the previous launch (programmatic dependent launch) — so the wait hides under it.
+    """
+    WROWS: tl.constexpr = 2 * BN if GATED else BN
+    j = tl.arange(0, WROWS)
+    r = tl.arange(0, ROWS_P)
+    rows, row_mask = _tile_rows(pid, j, BN, N, GATED, INTER)
+    w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+    if WAIT == 1:
+        wait(wait_ptr, target)
+    elif WAIT == 2:
+        tl.extra.cuda.gdc_wait()
+    if NORM:
+        rstd = row_rstd(x_ptr, M, K, ROWS_P, BK, EPS)
+    else:
+        rstd = tl.full([ROWS_P], 1.0, tl.float32)
+    for tile in range(pid, tl.cdiv(N, BN), G):
+        rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
+        acc = gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first, M, K, ROWS_P, BK, NORM, DOT_IEEE)
+        n = tile * BN + tl.arange(0, BN)
+        out_mask = (r[:, None] < M) & (n[None, :] < N)
+        if GATED:
+            gate, up = tl.split(tl.reshape(acc, [ROWS_P, BN, 2]))
+            out = gate / (1.0 + tl.exp(-gate)) * up
+        else:
+            out = acc
+        if HAS_BIAS:
+            out += tl.load(bias_ptr + n, mask=n < N, other=0.0).to(tl.float32)[None, :]
+        if HAS_RESIDUAL:
+            out += load_act(residual_ptr + r[:, None] * N + n[None, :], out_mask)
+        tl.store(out_ptr + r[:, None] * N + n[None, :], out, mask=out_mask)
+        rows, row_mask = _tile_rows(tile + G, j, BN, N, GATED, INTER)
+        w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+
+
+@triton.jit
+def layer_kernel(
+    x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
+    k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
+    qkv, part_acc, part_ml, attn_out, x1, h, counters,
+    H: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
+    ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
+    EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
+    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+    FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
+):
+    """One decoder layer: stages FIRST..LAST (see the module docstring)."""
+    M: tl.constexpr = ROWS * TOKENS
+    NQKV: tl.constexpr = (NQ + 2 * NKV) * D
+    PERSISTENT: tl.constexpr = FIRST < LAST
+    pid = tl.program_id(0)
+    target = 0
+    if FIRST <= 0 and 0 <= LAST:
+        # With PDL this launch may start while the previous layer drains: weights do not depend
+        # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
+        gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, NQKV, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE)
+    if PERSISTENT:
+        target = (step_epoch(counters, G) + 1) * G
+        signal(counters + 0)
+    if FIRST <= 1 and 1 <= LAST:
+        if PERSISTENT:
+            wait(counters + 0, target)
+        for task in range(pid, ROWS * NKV * SPLITS, G):
+            _attn_task(task, qkv, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
+                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, QP, TP,
+                       QK_NORM, EPS, DOT_IEEE)
+        if PERSISTENT:
+            signal(counters + 1)
+    if FIRST <= 2 and 2 <= LAST:
+        if PERSISTENT:
+            wait(counters + 1, target)
+        for task in range(pid, M * NQ, G):
+            _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
+        if PERSISTENT:
+            signal(counters + 2)
+    if FIRST <= 3 and 3 <= LAST:
+        gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, H, NQ * D, M, ROWS_P,
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE)
+        if PERSISTENT:
+            signal(counters + 3)
+    if FIRST <= 4 and 4 <= LAST:
+        gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, INTER, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE)
+        if PERSISTENT:
+            signal(counters + 4)
+    if FIRST <= 5 and 5 <= LAST:
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, H, INTER, M, ROWS_P,
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE)

@@ -1,0 +1,97 @@
+"""Writing a package: ``DIR/<recipe>/<target>/manifest.json`` plus code objects and their IR.
+
+The manifest is the named ABI the runtime launches from (every program's arguments, grid,
+block, shared memory, launch flags), the layer → program map (each step's ordered launches)
+and the bytes each stage must move. Keys are sorted and nothing depends on time or place, so
+the same inputs give a byte-identical package. The package is assembled in a temporary
+directory beside its destination and renamed into place: a failed compile leaves nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from dataclasses import asdict
+from pathlib import Path
+
+from ..runtime.manifest import MANIFEST_FORMAT
+from .driver import CodeObject
+from .emit import Program
+from .plan import Plan, ProgramPlan
+from .recipe import Recipe
+
+
+def _deployment_json(recipe: Recipe) -> dict:
+    d = recipe.deployment
+    return {
+        "dtype": d.dtype, "kv_cache": {"dtype": d.kv_cache.dtype, "block_size": d.kv_cache.block_size},
+        "bands": [{"rows": b.rows, "tokens": b.tokens} for b in d.bands], "max_context": d.max_context,
+        "head": d.head, "modes": list(d.modes), "lifetime_steps": d.lifetime_steps,
+    }
+
+
+def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, suffix: str) -> dict:
+    ir_files = {kind: f"ir/{p.name}.{kind}" for kind, _ in code.ir}
+    return {
+        "name": p.name, "kind": p.kind, "mode": p.mode, "band": {"rows": p.band.rows, "tokens": p.band.tokens},
+        "symbol": code.symbol, "code": f"code/{p.name}.{suffix}", "ir": ir_files,
+        "args": [asdict(a) for a in program.args], "grid": p.grid, "block": code.resources.threads,
+        "shared_bytes": code.shared_bytes, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
+        "stages": [{"name": s.name, "tasks": s.tasks, "weight_bytes": s.weight_bytes,
+                    "kv_bytes_per_token": s.kv_bytes_per_token, "io_bytes": s.io_bytes} for s in p.stages],
+        "regions": [{"name": r.name, "kind": r.kind, "dtype": r.dtype, "shape": list(r.shape),
+                     "writer": r.writer, "readers": list(r.readers)} for r in p.regions],
+        "syncs": [{"counter": s.counter, "producer": s.producer, "consumer": s.consumer,
+                   "regions": list(s.regions), "signals_per_epoch": s.signals_per_epoch} for s in p.syncs],
+        "constexprs": dict(p.constexprs), "resources": asdict(code.resources), "fingerprint": code.fingerprint,
+        "cache_key": key,
+    }
+
+
+def write_package(out_dir: Path, plan: Plan, programs: dict[str, Program], codes: dict[str, CodeObject],
+                  keys: dict[str, str]) -> Path:
+    """Write the package for ``plan`` under ``out_dir``; return its directory."""
+    recipe = plan.recipe
+    target = recipe.deployment.target
+    dest = Path(out_dir) / recipe.name / target.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=dest.parent))
+    try:
+        (tmp / "code").mkdir()
+        (tmp / "ir").mkdir()
+        entries = []
+        for p in plan.programs:
+            code = codes[p.name]
+            (tmp / "code" / f"{p.name}.{target.code_suffix}").write_bytes(code.binary)
+            for kind, text in code.ir:
+                (tmp / "ir" / f"{p.name}.{kind}").write_text(text)
+            entries.append(_program_json(p, programs[p.name], code, keys[p.name], target.code_suffix))
+        manifest = {
+            "format": MANIFEST_FORMAT, "recipe": recipe.name, "target": target.name,
+            "sm_count": recipe.deployment.sm_count, "geometry": recipe.geometry.to_json(),
+            "deployment": _deployment_json(recipe), "toolchain": dict(_toolchain()),
+            "programs": entries,
+            "steps": [{"band": {"rows": s.band.rows, "tokens": s.band.tokens}, "mode": s.mode,
+                       "launches": [{"program": x.program, "layer": x.layer} for x in s.launches]}
+                      for s in plan.steps],
+        }
+        (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+        if dest.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=dest.parent))
+            os.rename(dest, old / "pkg")
+            os.rename(tmp, dest)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.rename(tmp, dest)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return dest
+
+
+def _toolchain():
+    from .cache import toolchain_versions
+
+    return toolchain_versions()

@@ -1,0 +1,291 @@
+"""The planner: a recipe and its schedule become per-program plans.
+
+For each distinct layer shape × band (identical layers share one program) and each mode the
+recipe asks for, a ProgramPlan says which stages the code object runs, how many tasks each
+stage has (task t runs on CTA t mod grid), the cross-CTA regions with their writer and readers,
+the sync edges between stages (persistent mode only: in staged mode the launch boundary orders
+the stages), the constexprs the emitter specialises the kernel with, and the bytes each stage
+must move. The embedding and the final norm + LM head are programs of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .geometry import Geometry, next_pow2
+from .recipe import Band, Recipe
+from .schedule import Schedule, ScheduleEntry, load_schedule
+
+DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
+LAYER_STAGES = ("qkv", "attn", "combine", "o", "up", "down")
+HEAD_STAGES = ("logits", "argmax")
+COUNTERS_PER_PROGRAM = 8  # int64 counters in each launch's block; the layer uses 5
+
+
+@dataclass(frozen=True)
+class Region:
+    """Memory a program writes or reads across CTAs (weights, read-only, are not regions)."""
+
+    name: str
+    kind: str  # io (the program's input/output) | scratch | kv_cache
+    dtype: str
+    shape: tuple[int, ...]
+    writer: str | None  # the stage that writes it; None: written before the launch
+    readers: tuple[str, ...]
+
+    @property
+    def nbytes(self) -> int:
+        n = DTYPE_BYTES[self.dtype]
+        for dim in self.shape:
+            n *= dim
+        return n
+
+
+@dataclass(frozen=True)
+class Stage:
+    index: int
+    name: str
+    tasks: int
+    task: str  # what one task does
+    weight_bytes: int  # weights it must read once
+    kv_bytes_per_token: int  # KV cache it must read per token of context (all rows of the band)
+    io_bytes: int  # other bytes that must move through HBM (KV appends, embeddings, logits)
+
+
+@dataclass(frozen=True)
+class SyncEdge:
+    counter: int  # index in the launch's counter block
+    producer: str
+    consumer: str
+    regions: tuple[str, ...]  # regions the edge orders (written by producer, read by consumer)
+    signals_per_epoch: int  # every CTA of the grid signals once per step
+
+
+@dataclass(frozen=True)
+class ProgramPlan:
+    name: str
+    kind: str  # embed | layer | head
+    kernel: str  # the @triton.jit function in monobuild.compiler.kernels
+    band: Band
+    mode: str  # persistent | staged
+    stages: tuple[Stage, ...]  # the stages this code object runs, in order
+    grid: int
+    num_warps: int
+    regions: tuple[Region, ...]
+    syncs: tuple[SyncEdge, ...]
+    constexprs: tuple[tuple[str, object], ...]
+    launch_pdl: bool
+    launch_cooperative: bool
+    schedule: ScheduleEntry
+
+    def constexpr(self, name: str):
+        return dict(self.constexprs)[name]
+
+
+@dataclass(frozen=True)
+class Launch:
+    program: str
+    layer: int | None  # the decoder layer it runs (weights, KV cache, counters), None for embed/head
+
+
+@dataclass(frozen=True)
+class StepPlan:
+    """The ordered launches of one decode step for a band in a mode."""
+
+    band: Band
+    mode: str
+    launches: tuple[Launch, ...]
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: Recipe
+    schedule_source: str
+    programs: tuple[ProgramPlan, ...]
+    steps: tuple[StepPlan, ...]
+
+    def program(self, name: str) -> ProgramPlan:
+        for p in self.programs:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def step(self, band: Band, mode: str) -> StepPlan:
+        for s in self.steps:
+            if s.band == band and s.mode == mode:
+                return s
+        raise KeyError((band, mode))
+
+    def step_bytes(self, band: Band, context: int) -> int:
+        """Bytes a step of this band must move at ``context`` tokens per row (the roofline's numerator)."""
+        total = 0
+        for launch in self.step(band, self.recipe.deployment.modes[0]).launches:
+            for stage in self.program(launch.program).stages:
+                total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context
+        return total
+
+
+def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int) -> tuple[Stage, ...]:
+    h, d, m = g.hidden, g.head_dim, band.m
+    bias = g.qkv_rows * w if g.qkv_bias else 0
+    qk_norm = 2 * d * w if g.qk_norm else 0
+    kv_row = band.rows * g.kv_heads * d * 2 * kvb
+    return (
+        Stage(0, "qkv", 0, "RMSNorm(x_in) · W_qkv rows", g.qkv_rows * h * w + bias + h * w, 0, m * h * 4),
+        Stage(1, "attn", band.rows * g.kv_heads * splits, "(row, KV head, split): q/k norm, RoPE, KV append, "
+              "split-KV attention", qk_norm, kv_row, kv_row * band.tokens),
+        Stage(2, "combine", m * g.q_heads, "(token row, query head): merge split partials", 0, 0, 0),
+        Stage(3, "o", 0, "attn_out · W_o rows + x_in", h * g.q_heads * d * w, 0, 0),
+        Stage(4, "up", 0, "RMSNorm(x1) · W_gate|W_up rows, silu(g)·u", 2 * g.intermediate * h * w + h * w, 0, 0),
+        Stage(5, "down", 0, "h · W_down rows + x1", h * g.intermediate * w, 0, m * h * 4),
+    )
+
+
+def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry) -> tuple[Stage, ...]:
+    rows = {"qkv": g.qkv_rows, "o": g.hidden, "up": g.intermediate, "down": g.hidden}
+    out = []
+    for s in stages:
+        if s.name in rows:
+            s = Stage(s.index, s.name, -(-rows[s.name] // bn), f"{s.task} (tiles of {bn})", s.weight_bytes,
+                      s.kv_bytes_per_token, s.io_bytes)
+        out.append(s)
+    return tuple(out)
+
+
+def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str) -> tuple[Region, ...]:
+    m, h, d = band.m, g.hidden, g.head_dim
+    return (
+        Region("x_in", "io", "fp32", (m, h), None, ("qkv", "o")),
+        Region("qkv", "scratch", "fp32", (m, g.qkv_rows), "qkv", ("attn",)),
+        Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",)),
+        Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",)),
+        Region("part_acc", "scratch", "fp32", (m, g.q_heads, splits, d), "attn", ("combine",)),
+        Region("part_ml", "scratch", "fp32", (m, g.q_heads, splits, 2), "attn", ("combine",)),
+        Region("attn_out", "scratch", "fp32", (m, g.q_heads * d), "combine", ("o",)),
+        Region("x1", "scratch", "fp32", (m, h), "o", ("up", "down")),
+        Region("h", "scratch", "fp32", (m, g.intermediate), "up", ("down",)),
+        Region("x_out", "io", "fp32", (m, h), "down", ()),
+    )
+
+
+def _edges(stage_names: tuple[str, ...], regions: tuple[Region, ...], grid: int) -> tuple[SyncEdge, ...]:
+    """One edge between consecutive stages, ordering every scratch region the later stage reads."""
+    edges = []
+    for i, (producer, consumer) in enumerate(zip(stage_names, stage_names[1:])):
+        ordered = tuple(r.name for r in regions if r.kind == "scratch" and r.writer == producer
+                        and consumer in r.readers)
+        edges.append(SyncEdge(i, producer, consumer, ordered, grid))
+    return tuple(edges)
+
+
+class Planner:
+    """Turns a Recipe (and its target's schedule) into a Plan."""
+
+    def __init__(self, recipe: Recipe, schedule: Schedule | None = None):
+        self.recipe = recipe
+        self.schedule = schedule or load_schedule(recipe.deployment.target.name)
+        d = recipe.deployment
+        self.w = DTYPE_BYTES[d.dtype]
+        self.kvb = DTYPE_BYTES[d.kv_cache.dtype]
+
+    def plan(self) -> Plan:
+        programs, steps = [], []
+        for band in self.recipe.deployment.bands:
+            for mode in self.recipe.deployment.modes:
+                embed = self._embed(band)
+                layer = self._layer(band, mode)
+                head = self._head(band, mode)
+                for p in (embed, *layer, *head):
+                    if p.name not in {q.name for q in programs}:
+                        programs.append(p)
+                launches = [Launch(embed.name, None)]
+                for layer_index in range(self.recipe.geometry.layers):
+                    launches += [Launch(p.name, layer_index) for p in layer]
+                launches += [Launch(p.name, None) for p in head]
+                steps.append(StepPlan(band, mode, tuple(launches)))
+        return Plan(self.recipe, self.schedule.source, tuple(programs), tuple(steps))
+
+    # -- programs ------------------------------------------------------------------------------
+
+    def _entry(self, kind: str, band: Band) -> ScheduleEntry:
+        return self.schedule.entry(kind, self.recipe.geometry.hidden, band.rows, band.tokens)
+
+    def _common(self, band: Band) -> dict:
+        return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
+                "DOT_IEEE": self.recipe.deployment.dtype == "fp32"}
+
+    def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
+        d, g = self.recipe.deployment, self.recipe.geometry
+        pages = -(-d.max_context // d.kv_cache.block_size)
+        return max(1, min(entry.max_splits, grid // (band.rows * g.kv_heads), pages))
+
+    def _embed(self, band: Band) -> ProgramPlan:
+        g, d = self.recipe.geometry, self.recipe.deployment
+        entry = self._entry("embed", band)
+        block = min(entry.embed_block, next_pow2(g.hidden))
+        tasks = band.m * -(-g.hidden // block)
+        grid = min(d.sm_count * entry.ctas_per_sm, tasks)
+        stage = Stage(0, "embed", tasks, f"(token row, {block} columns): gather an embedding row", 0, 0,
+                      band.m * g.hidden * (self.w + 4))
+        regions = (Region("x_out", "io", "fp32", (band.m, g.hidden), "embed", ()),)
+        cx = {"M": band.m, "H": g.hidden, "BH": block, "G": grid}
+        return ProgramPlan(f"embed.{band.name}", "embed", "embed_kernel", band, "staged", (stage,), grid,
+                           entry.num_warps, regions, (), tuple(sorted(cx.items())), False, False, entry)
+
+    def _layer(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
+        g, d = self.recipe.geometry, self.recipe.deployment
+        entry = self._entry("layer", band)
+        full_grid = d.sm_count * entry.ctas_per_sm
+        splits = self._splits(band, full_grid, entry)
+        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits), entry.block_n, g)
+        regions = _layer_regions(g, band, splits, d.kv_cache.dtype)
+        cx = {
+            **self._common(band), "H": g.hidden, "NQ": g.q_heads, "NKV": g.kv_heads, "D": g.head_dim,
+            "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
+            "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
+            "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size, "SPLITS": splits,
+            "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": min(entry.block_k, next_pow2(g.hidden)),
+        }
+        return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
+
+    def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
+        g, d = self.recipe.geometry, self.recipe.deployment
+        entry = self._entry("head", band)
+        bn = entry.head_block_n
+        tiles = -(-g.vocab // bn)
+        stages = [Stage(0, "logits", tiles, f"RMSNorm(x) · W_head rows (tiles of {bn}), fp32 logits",
+                        g.vocab * g.hidden * self.w + g.hidden * self.w, 0, band.m * g.vocab * 4)]
+        regions = [Region("x_in", "io", "fp32", (band.m, g.hidden), None, ("logits",)),
+                   Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else ())]
+        if d.head == "ids":
+            stages.append(Stage(1, "argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0,
+                                band.m * 4))
+            regions += [Region("tile_max", "scratch", "fp32", (band.m, tiles), "logits", ("argmax",)),
+                        Region("tile_arg", "scratch", "i32", (band.m, tiles), "logits", ("argmax",)),
+                        Region("ids", "io", "i32", (band.m,), "argmax", ())]
+        cx = {**self._common(band), "H": g.hidden, "V": g.vocab, "M": band.m, "BN": bn,
+              "BK": min(entry.block_k, next_pow2(g.hidden)), "TILES_P": next_pow2(tiles),
+              "GREEDY": d.head == "ids"}
+        full_grid = d.sm_count * entry.ctas_per_sm
+        return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
+
+    def _moded(self, kind, kernel, band, mode, stages, regions, full_grid, cx, entry) -> tuple[ProgramPlan, ...]:
+        """One persistent program running every stage, or one staged program per stage."""
+        pdl = self.recipe.deployment.target.is_nvidia
+        if mode == "persistent" and len(stages) > 1:
+            syncs = _edges(tuple(s.name for s in stages), regions, full_grid)
+            consts = {**cx, "G": full_grid, "FIRST": 0, "LAST": len(stages) - 1, "PDL": pdl}
+            return (ProgramPlan(f"{kind}.{band.name}.persistent", kind, kernel, band, mode, stages, full_grid,
+                                entry.num_warps, regions, syncs, tuple(sorted(consts.items())), pdl, True, entry),)
+        out = []
+        for s in stages:
+            grid = min(full_grid, s.tasks)
+            consts = {**cx, "G": grid, "FIRST": s.index, "LAST": s.index, "PDL": False}
+            name = f"{kind}.{band.name}.{mode}" if mode == "persistent" else f"{kind}.{band.name}.{s.name}"
+            out.append(ProgramPlan(name, kind, kernel, band, mode, (s,), grid, entry.num_warps, regions, (),
+                                   tuple(sorted(consts.items())), False, False, entry))
+        return tuple(out)
+
+
+def plan_recipe(recipe: Recipe, schedule: Schedule | None = None) -> Plan:
+    return Planner(recipe, schedule).plan()

@@ -1,0 +1,182 @@
+"""A recipe: a deployment YAML plus the model geometry it names, validated and frozen.
+
+The YAML says where and how the model runs (target, SM/CU count, dtypes, paged KV cache, batch
+bands, speculative verify width, maximum context, head output); the geometry comes from the
+model's own ``config.json`` named by the ``config:`` key, relative to the recipe. Every error
+names the file and the field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError, Refusal
+from .geometry import Geometry, is_pow2, load_geometry
+from .targets import TARGETS, Target
+
+DTYPES = ("bf16", "fp32")
+HEADS = ("logits", "ids")
+MODES = ("persistent", "staged")
+MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16
+
+
+@dataclass(frozen=True, order=True)
+class Band:
+    """Rows per step and tokens per row (tokens > 1 is a speculative verify)."""
+
+    rows: int
+    tokens: int = 1
+
+    @property
+    def m(self) -> int:
+        """Query rows the programs process: rows × tokens."""
+        return self.rows * self.tokens
+
+    @property
+    def name(self) -> str:
+        return f"r{self.rows}t{self.tokens}"
+
+
+@dataclass(frozen=True)
+class KVCache:
+    dtype: str
+    block_size: int
+
+
+@dataclass(frozen=True)
+class Deployment:
+    target: Target
+    sm_count: int
+    dtype: str
+    kv_cache: KVCache
+    bands: tuple[Band, ...]
+    max_context: int
+    head: str
+    modes: tuple[str, ...]
+    lifetime_steps: int
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    source: str
+    config_path: str
+    geometry: Geometry
+    deployment: Deployment
+
+
+_KNOWN_KEYS = {
+    "config", "target", "sm_count", "dtype", "kv_cache", "bands", "verify", "max_context", "head",
+    "modes", "lifetime_steps",
+}
+
+
+def _int(src: str, field: str, value, *, minimum: int = 1) -> int:
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise InputError(src, field, f"expected an integer, got {value!r}")
+    if value < minimum:
+        raise InputError(src, field, f"must be ≥ {minimum}, got {value}")
+    return value
+
+
+def _choice(src: str, field: str, value, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise InputError(src, field, f"expected one of {', '.join(choices)}, got {value!r}")
+    return value
+
+
+def _bands(src: str, doc: dict) -> tuple[Band, ...]:
+    rows = doc.get("bands")
+    if not isinstance(rows, list) or not rows:
+        raise InputError(src, "bands", "expected a non-empty list of rows per step, e.g. [1, 2, 4, 8]")
+    bands = [Band(_int(src, f"bands[{i}]", r)) for i, r in enumerate(rows)]
+    verify = doc.get("verify")
+    if verify is not None:
+        if not isinstance(verify, dict) or set(verify) - {"rows", "tokens"}:
+            raise InputError(src, "verify", "expected a mapping with rows and tokens")
+        bands.append(
+            Band(_int(src, "verify.rows", verify.get("rows")), _int(src, "verify.tokens", verify.get("tokens"), minimum=2))
+        )
+    for i, band in enumerate(bands):
+        field = f"bands[{i}]" if band.tokens == 1 else "verify"
+        if band.m > MAX_ROWS:
+            raise Refusal(src, f"{field}: {band.rows} rows × {band.tokens} tokens = {band.m} exceeds {MAX_ROWS}")
+    if len(set(bands)) != len(bands):
+        raise InputError(src, "bands", "a band is listed twice")
+    return tuple(sorted(bands))
+
+
+def deployment_from_doc(doc: dict, src: str) -> Deployment:
+    unknown = sorted(set(doc) - _KNOWN_KEYS)
+    if unknown:
+        raise InputError(src, unknown[0], f"unknown field (known: {', '.join(sorted(_KNOWN_KEYS))})")
+    for key in ("target", "sm_count", "dtype", "kv_cache", "bands", "max_context", "head"):
+        if key not in doc:
+            raise InputError(src, key, "missing")
+    target = TARGETS.get(doc["target"])
+    if target is None:
+        raise InputError(src, "target", f"unknown target {doc['target']!r} (served: {', '.join(TARGETS)})")
+    kv = doc["kv_cache"]
+    if not isinstance(kv, dict):
+        raise InputError(src, "kv_cache", "expected a mapping with dtype and block_size")
+    unknown = sorted(set(kv) - {"dtype", "block_size"})
+    if unknown:
+        raise InputError(src, f"kv_cache.{unknown[0]}", "unknown field (known: block_size, dtype)")
+    block_size = _int(src, "kv_cache.block_size", kv.get("block_size"))
+    if not is_pow2(block_size) or not 16 <= block_size <= 256:
+        raise InputError(src, "kv_cache.block_size", f"must be a power of two in 16..256, got {block_size}")
+    modes = doc.get("modes", list(MODES))
+    if not isinstance(modes, list) or not modes:
+        raise InputError(src, "modes", f"expected a non-empty list of {', '.join(MODES)}")
+    modes = tuple(_choice(src, f"modes[{i}]", m, MODES) for i, m in enumerate(modes))
+    return Deployment(
+        target=target,
+        sm_count=_int(src, "sm_count", doc["sm_count"]),
+        dtype=_choice(src, "dtype", doc["dtype"], DTYPES),
+        kv_cache=KVCache(_choice(src, "kv_cache.dtype", kv.get("dtype"), DTYPES), block_size),
+        bands=_bands(src, doc),
+        max_context=_int(src, "max_context", doc["max_context"], minimum=16),
+        head=_choice(src, "head", doc["head"], HEADS),
+        modes=tuple(sorted(set(modes), key=MODES.index)),
+        lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15)),
+    )
+
+
+def load_recipe(path: str | Path) -> Recipe:
+    """Read, validate and freeze a recipe; raise InputError or Refusal naming file and field."""
+    path = Path(path)
+    src = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(src, None, "file not found") from None
+    except (IsADirectoryError, OSError) as e:
+        raise InputError(src, None, f"cannot read: {e.strerror or e}") from None
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise InputError(src, None, f"malformed YAML{where}: {getattr(e, 'problem', e)}") from None
+    if not isinstance(doc, dict):
+        raise InputError(src, None, "expected a YAML mapping of recipe fields")
+    config = doc.get("config")
+    if not isinstance(config, str) or not config:
+        raise InputError(src, "config", "missing: the path of the model's config.json, relative to the recipe")
+    config_path = (path.parent / config).resolve()
+    geometry = load_geometry(config_path)
+    deployment = deployment_from_doc(doc, src)
+    _refuse_unserved(src, geometry, deployment)
+    return Recipe(path.stem, src, config, geometry, deployment)
+
+
+def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
+    if d.max_context > g.max_positions:
+        raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
+    if g.group * max(b.tokens for b in d.bands) > 64:
+        raise Refusal(src, "GQA group × verify tokens exceeds 64 query rows per attention task")

@@ -1,0 +1,92 @@
+"""Frozen per-target schedule tables (``schedules/<target>.yaml``).
+
+The planner asks for the entry of a program (kind, hidden size, band); the first matching
+entry's keys override the defaults. The chosen entry is part of each program's cache key, so
+a tuned table recompiles exactly the programs whose entries changed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import InputError
+
+
+@dataclass(frozen=True)
+class ScheduleEntry:
+    num_warps: int
+    ctas_per_sm: int
+    block_n: int
+    block_k: int
+    head_block_n: int
+    embed_block: int
+    max_splits: int
+
+
+_KEYS = {f.name for f in fields(ScheduleEntry)}
+_MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    source: str
+    defaults: ScheduleEntry
+    entries: tuple[tuple[tuple[tuple[str, object], ...], tuple[tuple[str, int], ...]], ...]
+
+    def entry(self, kind: str, hidden: int, rows: int, tokens: int) -> ScheduleEntry:
+        facts = {"kind": kind, "hidden": hidden, "rows": rows, "tokens": tokens}
+        for match, overrides in self.entries:
+            if all(facts[k] == v for k, v in match):
+                return ScheduleEntry(**{**self.defaults.__dict__, **dict(overrides)})
+        return self.defaults
+
+
+def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
+    if not isinstance(values, dict):
+        raise InputError(src, field, "expected a mapping")
+    unknown = sorted(set(values) - _KEYS)
+    if unknown:
+        raise InputError(src, f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KEYS))})")
+    missing = sorted(_KEYS - set(values))
+    if missing and not partial:
+        raise InputError(src, f"{field}.{missing[0]}", "missing")
+    for key, value in values.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
+            raise InputError(src, f"{field}.{key}", f"expected a power of two, got {value!r}")
+    return values
+
+
+def parse_schedule(doc, src: str) -> Schedule:
+    if not isinstance(doc, dict):
+        raise InputError(src, None, "expected a mapping with defaults and entries")
+    defaults = ScheduleEntry(**_checked(src, "defaults", doc.get("defaults"), partial=False))
+    entries = []
+    for i, item in enumerate(doc.get("entries") or []):
+        if not isinstance(item, dict) or not isinstance(item.get("match"), dict):
+            raise InputError(src, f"entries[{i}].match", "expected a mapping of kind/hidden/rows/tokens")
+        bad = sorted(set(item["match"]) - _MATCH_KEYS)
+        if bad:
+            raise InputError(src, f"entries[{i}].match.{bad[0]}", f"unknown key (known: {', '.join(sorted(_MATCH_KEYS))})")
+        overrides = _checked(src, f"entries[{i}].set", item.get("set", {}), partial=True)
+        entries.append((tuple(sorted(item["match"].items())), tuple(sorted(overrides.items()))))
+    return Schedule(src, defaults, tuple(entries))
+
+
+def load_schedule(target: str, directory: Path | None = None) -> Schedule:
+    """The shipped table for ``target``, or the one in ``directory`` when given."""
+    if directory is None:
+        path = resources.files("monobuild.schedules") / f"{target}.yaml"
+    else:
+        path = Path(directory) / f"{target}.yaml"
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(str(path), None, f"no schedule for target {target}") from None
+    try:
+        return parse_schedule(yaml.safe_load(text), str(path))
+    except yaml.YAMLError as e:
+        raise InputError(str(path), None, f"malformed YAML: {e}") from None
