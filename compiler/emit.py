@@ -66,13 +66,13 @@ def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
 def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
     args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
-            Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("ids", "*i32"), Arg("counters", "*i64")]
+            Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("counters", "*i64")]
     return args, []
 
 
 def _embed_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
-    return [Arg("ids", "*i32"), Arg("embed", w), Arg("x_out", "*fp32")], []
+    return [Arg("tokens", "*i32"), Arg("embed", w), Arg("x_out", "*fp32")], []
 
 
 _ARGS = {"layer_kernel": _layer_args, "head_kernel": _head_args, "embed_kernel": _embed_args}

@@ -262,7 +262,7 @@ class Planner:
                                 band.m * 4))
             regions += [Region("tile_max", "scratch", "fp32", (band.m, tiles), "logits", ("argmax",)),
                         Region("tile_arg", "scratch", "i32", (band.m, tiles), "logits", ("argmax",)),
-                        Region("ids", "io", "i32", (band.m,), "argmax", ())]
+                        Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
         cx = {**self._common(band), "H": g.hidden, "V": g.vocab, "M": band.m, "BN": bn,
               "BK": min(entry.block_k, next_pow2(g.hidden)), "TILES_P": next_pow2(tiles),
               "GREEDY": d.head == "ids"}

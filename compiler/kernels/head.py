@@ -14,20 +14,20 @@ from .layer import gemv_stage
 
 
 @triton.jit
-def embed_kernel(ids, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr, G: tl.constexpr):
-    """x_out[m, :] = embed[ids[m], :] in fp32; tasks are (row, chunk of BH columns)."""
+def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr, G: tl.constexpr):
+    """x_out[m, :] = embed[tokens[m], :] in fp32; tasks are (row, chunk of BH columns)."""
     CHUNKS: tl.constexpr = (H + BH - 1) // BH
     for task in range(tl.program_id(0), M * CHUNKS, G):
         m = task // CHUNKS
         c = (task % CHUNKS) * BH + tl.arange(0, BH)
-        token = tl.load(ids + m).to(tl.int64)
+        token = tl.load(tokens + m).to(tl.int64)
         row = tl.load(embed + token * H + c, mask=c < H, other=0.0)
         tl.store(x_out + m * H + c, row.to(tl.float32), mask=c < H)
 
 
 @triton.jit
 def head_kernel(
-    x_in, final_norm, w_head, logits, tile_max, tile_arg, ids, counters,
+    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, counters,
     H: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
@@ -61,4 +61,4 @@ def head_kernel(
             vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
             args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
             best = tl.max(vals, axis=0)
-            tl.store(ids + m, tl.min(tl.where(vals == best, args, V), axis=0))
+            tl.store(next_ids + m, tl.min(tl.where(vals == best, args, V), axis=0))

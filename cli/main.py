@@ -1,0 +1,124 @@
+"""The ``monobuild`` command: compile, plan, inspect.
+
+Bad input (a missing or malformed file, an unknown family, an unserved deployment) prints one
+line naming the file and field and exits 2, before anything is written.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..compiler.errors import CompileError, InputError, Refusal
+from ..runtime.manifest import PackageError
+
+EXIT_BAD_INPUT = 2
+
+
+def _one_line_errors(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except (InputError, Refusal, PackageError) as e:
+            click.echo(f"monobuild: error: {e}", err=True)
+            sys.exit(EXIT_BAD_INPUT)
+        except CompileError as e:
+            click.echo(f"monobuild: compile failed: {e}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@click.group()
+@click.version_option(package_name="monobuild")
+def main():
+    """Ahead-of-time compiler of per-layer persistent decode kernels."""
+
+
+@main.command()
+@click.argument("recipes", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Package root directory.")
+@click.option("--target", type=click.Choice(["sm_90", "gfx942", "gfx950"]), help="Compile for this target instead.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Parallel compile processes.")
+@click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
+              help="Code-object cache (default: $MONOBUILD_CACHE_DIR or ~/.cache/monobuild).")
+@_one_line_errors
+def compile(recipes, out_dir, target, jobs, cache_dir):  # noqa: A001 - the command's name
+    """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
+    from ..compiler.build import build, retarget
+    from ..compiler.env import default_cache_dir
+    from ..compiler.recipe import load_recipe
+
+    loaded = [retarget(load_recipe(path), target) for path in recipes]  # validate all before writing
+    cache_dir = cache_dir or default_cache_dir()
+    for recipe in loaded:
+        with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:
+            result = build(recipe, out_dir, cache_dir, jobs, progress=report)
+        click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
+                   f"{result.cached} from cache)")
+
+
+class _progress:
+    """A progress bar on stderr for the compiles of one recipe (silent when all are cached)."""
+
+    def __init__(self, label: str):
+        self.label, self.bar = label, None
+
+    def __enter__(self):
+        return self.report
+
+    def report(self, done: int, total: int, name: str) -> None:
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.label, unit="program", file=sys.stderr, leave=False)
+        self.bar.set_postfix_str(name, refresh=False)
+        self.bar.update(1)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--bandwidth", default=4.15e12, show_default=True, type=float,
+              help="Memory bandwidth (bytes/s) for the roofline estimate.")
+@click.option("--context", default=1024, show_default=True, type=click.IntRange(1),
+              help="Tokens of context per row for the roofline estimate.")
+@_one_line_errors
+def plan(recipe, as_json, bandwidth, context):
+    """Show RECIPE's programs: stages, tasks, regions, syncs, bytes and roofline."""
+    from ..compiler.plan import plan_recipe
+    from ..compiler.recipe import load_recipe
+    from .report import plan_json, plan_text
+
+    p = plan_recipe(load_recipe(recipe))
+    if as_json:
+        click.echo(json.dumps(plan_json(p, bandwidth, context), indent=1))
+    else:
+        click.echo(plan_text(p, bandwidth, context))
+
+
+@main.command()
+@click.argument("package", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_one_line_errors
+def inspect(package, as_json):
+    """List PACKAGE's programs: resources, occupancy and fingerprints."""
+    from ..runtime.manifest import read_manifest
+    from .report import inspect_json, inspect_text
+
+    manifest = read_manifest(package)
+    click.echo(json.dumps(inspect_json(manifest), indent=1) if as_json else inspect_text(manifest))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Human and JSON views of a plan and of a package."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+
+from ..compiler.plan import Plan
+from ..runtime.manifest import Manifest
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.2f} MB"
+
+
+def plan_json(plan: Plan, bandwidth: float, context: int) -> dict:
+    r = plan.recipe
+    return {
+        "recipe": r.name, "target": r.deployment.target.name, "sm_count": r.deployment.sm_count,
+        "schedule": plan.schedule_source, "bandwidth": bandwidth, "context": context,
+        "programs": [
+            {"name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band), "grid": p.grid,
+             "num_warps": p.num_warps, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
+             "stages": [asdict(s) for s in p.stages], "regions": [asdict(x) for x in p.regions],
+             "syncs": [asdict(s) for s in p.syncs], "constexprs": dict(p.constexprs)}
+            for p in plan.programs
+        ],
+        "steps": [
+            {"band": asdict(s.band), "mode": s.mode, "launches": len(s.launches),
+             "layer_programs": sorted({x.program for x in s.launches if x.layer is not None}),
+             "bytes": plan.step_bytes(s.band, context),
+             "roofline_ms": plan.step_bytes(s.band, context) / bandwidth * 1e3}
+            for s in plan.steps
+        ],
+    }
+
+
+def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
+    r = plan.recipe
+    g = r.geometry
+    lines = [
+        f"{r.name}: {g.family}, {g.layers} layers, hidden {g.hidden}, heads {g.q_heads}/{g.kv_heads}×{g.head_dim},"
+        f" intermediate {g.intermediate}, vocab {g.vocab}",
+        f"target {r.deployment.target.name} × {r.deployment.sm_count} units; schedule {plan.schedule_source}",
+        "",
+    ]
+    for p in plan.programs:
+        if p.mode == "staged" and len(p.stages) == 1 and p.kind != "embed":
+            continue  # the staged programs repeat the persistent one's stages
+        flags = ", ".join(f for f, on in (("PDL", p.launch_pdl), ("cooperative", p.launch_cooperative)) if on)
+        lines.append(f"program {p.name}: grid {p.grid} × {p.num_warps} warps{' (' + flags + ')' if flags else ''}")
+        for s in p.stages:
+            moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context
+            lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}  {s.task}")
+        for x in p.regions:
+            readers = ", ".join(x.readers) or "next program"
+            lines.append(f"  region {x.name:<9} {x.kind:<8} {x.dtype} {list(x.shape)}: {x.writer or 'before launch'}"
+                         f" → {readers}")
+        for e in p.syncs:
+            lines.append(f"  sync   #{e.counter} {e.producer} → {e.consumer}: target (epoch+1)×{e.signals_per_epoch},"
+                         f" orders {', '.join(e.regions) or 'nothing but stage order'}")
+        lines.append("")
+    lines.append(f"roofline at context {context}, {bandwidth / 1e12:.2f} TB/s:")
+    lines.append(f"  {'band':<6} {'mode':<11} {'launches':>8} {'bytes':>12} {'floor':>10}")
+    for s in plan.steps:
+        nbytes = plan.step_bytes(s.band, context)
+        lines.append(f"  {s.band.name:<6} {s.mode:<11} {len(s.launches):>8} {_mb(nbytes):>12} "
+                     f"{nbytes / bandwidth * 1e3:>8.3f} ms")
+    return "\n".join(lines)
+
+
+def inspect_json(m: Manifest) -> dict:
+    return {
+        "recipe": m.recipe, "target": m.target, "sm_count": m.sm_count, "toolchain": dict(m.toolchain),
+        "programs": [
+            {"name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band), "grid": p.grid,
+             "block": p.block, "shared_bytes": p.shared_bytes, "resources": asdict(p.resources),
+             "fits": p.grid <= p.resources.ctas_per_unit * m.sm_count, "fingerprint": p.fingerprint,
+             "code": p.code}
+            for p in m.programs
+        ],
+    }
+
+
+def inspect_text(m: Manifest) -> str:
+    tools = ", ".join(f"{k} {v}" for k, v in m.toolchain)
+    lines = [f"{m.recipe} for {m.target} × {m.sm_count} units ({tools})",
+             f"{'program':<26} {'grid':>5} {'thr':>4} {'regs':>5} {'spill':>5} {'smem':>7} {'CTA/unit':>8}"
+             f" {'fits':>4}  fingerprint"]
+    for p in m.programs:
+        r = p.resources
+        fits = "yes" if p.grid <= r.ctas_per_unit * m.sm_count else "NO"
+        lines.append(f"{p.name:<26} {p.grid:>5} {p.block:>4} {r.registers:>5} {r.spill_bytes:>5} {r.shared_bytes:>7}"
+                     f" {r.ctas_per_unit:>8} {fits:>4}  {p.fingerprint[:16]}")
+    return "\n".join(lines)

@@ -1,0 +1,101 @@
+"""Run a plan's staged programs under Triton's CPU interpreter: the numerics test on CPU.
+
+The staged programs are the persistent program's stages, one per launch, with no waits, so
+they run under ``TRITON_INTERPRET`` (the interpreter runs CTAs one after another, where a
+spin-wait would never return).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ..runtime.buffers import StepBuffers, StepInputs
+from ..runtime.weights import PackedWeights
+from .emit import emit, kernel_function
+from .plan import Plan
+from .recipe import Band
+
+def _widen_bf16(data: np.ndarray) -> np.ndarray:
+    return (data.astype(np.uint32) << 16).view(np.float32)
+
+
+def _round_to_bf16(data: np.ndarray) -> np.ndarray:
+    bits = data.astype(np.float32).view(np.uint32)
+    rounded = bits + 0x7FFF + ((bits >> 16) & 1)  # round to nearest, ties to even (cvt.rn.bf16.f32)
+    return np.where(np.isnan(data), 0x7FC0, rounded >> 16).astype(np.uint16)
+
+
+def _fix_interpreter_bf16() -> None:
+    """Make Triton 3.6.0's interpreter compute bf16 as the GPU does.
+
+    The interpreter stores bf16 as its uint16 bit pattern; its ``dot`` multiplies those bit
+    patterns as integers, and its fp32 → bf16 cast truncates where the GPU rounds to nearest even.
+    Both are patched here, in the interpreter only; the compiled code is untouched.
+    """
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_monobuild_bf16", False):
+        return
+    plain_dot, plain_cast = builder.create_dot, builder.cast_impl
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        if a.dtype.scalar == tl.bfloat16:
+            a = interpreter.TensorHandle(_widen_bf16(a.data), tl.float32)
+        if b.dtype.scalar == tl.bfloat16:
+            b = interpreter.TensorHandle(_widen_bf16(b.data), tl.float32)
+        return plain_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return interpreter.TensorHandle(_round_to_bf16(src.data), tl.bfloat16)
+        return plain_cast(self, src, dst_type)
+
+    builder.create_dot, builder.cast_impl = create_dot, cast_impl
+    builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
+    builder._monobuild_bf16 = True
+
+
+def interpreted_kernels():
+    """The kernels module, whose @triton.jit functions are interpreted ones.
+
+    Triton decides at decoration time — its own ``triton.language`` helpers included — whether a
+    function is compiled or interpreted, so the interpreter must be on (``TRITON_INTERPRET=1``)
+    before Triton is first imported; the tests run the interpreted step in a child process.
+    """
+    from triton import knobs
+
+    if not knobs.runtime.interpret:
+        raise RuntimeError("the staged programs run under the interpreter only when TRITON_INTERPRET=1 is set "
+                           "before triton is imported")
+    _fix_interpreter_bf16()
+    from . import kernels
+
+    return kernels
+
+
+class InterpretedStep:
+    """One band's decode step, launching the staged programs under the interpreter."""
+
+    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches):
+        self.recipe = plan.recipe
+        self.step = plan.step(band, "staged")
+        self.programs = {p.name: (p, emit(self.recipe, p)) for p in plan.programs}
+        regions = [r for p, _ in self.programs.values() if p.band == band for r in p.regions]
+        g = self.recipe.geometry.to_json()
+        self.buffers = StepBuffers(g, regions, band.m, len(self.step.launches), self.recipe.deployment.max_context,
+                                   poison=True)
+        self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
+        self.kernels = interpreted_kernels()
+
+    def __call__(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
+        for index, launch in enumerate(self.step.launches):
+            plan, program = self.programs[launch.program]
+            names = [a.name for a in program.args]
+            args = self.buffers.args(names, index, launch.layer, plan.kind, self.weights, self.k_caches,
+                                     self.v_caches, inputs)
+            kwargs = dict(zip(names, args)) | dict(program.constexprs) | {n: None for n in program.dropped}
+            kernel_function(program.kernel, self.kernels)[(program.grid,)](**kwargs)
+        return self.buffers.logits, self.buffers.next_ids

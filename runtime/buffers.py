@@ -1,0 +1,103 @@
+"""Everything a step's launches read and write besides weights, bound by argument name.
+
+``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
+program declares under that name), two fp32 activation buffers the layers ping-pong between,
+the logits and next ids, one counter block per launch and the RoPE table. ``args`` resolves a
+program's named ABI to tensors for one launch, so the step path itself allocates nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from .rope import rope_table
+from .weights import PackedWeights
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "i32": torch.int32, "i64": torch.int64}
+COUNTERS_PER_LAUNCH = 8
+_IO = {"x_in", "x_out", "logits", "next_ids"}
+_LAYER_WEIGHTS = {"attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down"}
+
+
+@dataclass(frozen=True)
+class StepInputs:
+    tokens: torch.Tensor  # int32 [rows·tokens]
+    positions: torch.Tensor  # int32 [rows·tokens]
+    block_tables: torch.Tensor  # int32 [rows, max blocks per row]
+    context_lens: torch.Tensor  # int32 [rows]; 0 marks a padding row
+
+
+class StepBuffers:
+    def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
+                 device=None, poison: bool = False):
+        shapes: dict[str, tuple[tuple[int, ...], str]] = {}
+        for r in regions:
+            if r.kind != "scratch":
+                continue
+            old = shapes.get(r.name)
+            if old is None or _numel(r.shape) > _numel(old[0]):
+                shapes[r.name] = (tuple(r.shape), r.dtype)
+        fill = float("nan") if poison else 0.0
+        self.scratch = {n: _alloc(s, d, device, poison) for n, (s, d) in shapes.items()}
+        self.act = [torch.full((m, geometry["hidden"]), fill, dtype=torch.float32, device=device) for _ in range(2)]
+        self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
+        self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
+        self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
+        self.rope = rope_table(geometry, max_context, device)
+        self.layers = geometry["layers"]
+
+    def args(self, arg_names: Sequence[str], launch: int, layer: int | None, kind: str,
+             weights: PackedWeights, k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor],
+             inputs: StepInputs) -> list:
+        """The launch's arguments, in ABI order."""
+        return [self._one(n, launch, layer, kind, weights, k_caches, v_caches, inputs) for n in arg_names]
+
+    def _one(self, name, launch, layer, kind, weights, k_caches, v_caches, inputs):
+        if name in _LAYER_WEIGHTS:
+            return getattr(weights.layers[layer], name)
+        if name in self.scratch:
+            return self.scratch[name]
+        if name in _IO:
+            return self._io(name, layer, kind)
+        table = {
+            "embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head,
+            "tokens": inputs.tokens, "positions": inputs.positions, "block_tables": inputs.block_tables,
+            "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[launch],
+        }
+        if name in table:
+            return table[name]
+        if name in ("k_cache", "v_cache"):
+            return (k_caches if name == "k_cache" else v_caches)[layer]
+        if name == "bt_stride":
+            return inputs.block_tables.stride(0)
+        raise KeyError(f"no buffer for argument {name!r}")
+
+    def _io(self, name: str, layer: int | None, kind: str) -> torch.Tensor:
+        if name == "logits":
+            return self.logits
+        if name == "next_ids":
+            return self.next_ids
+        # embed writes act[0]; layer l reads act[l % 2] and writes the other; the head reads the last.
+        index = {"embed": 0, "head": self.layers}.get(kind, layer)
+        if name == "x_out":
+            return self.act[(index + 1) % 2] if kind == "layer" else self.act[0]
+        return self.act[index % 2]
+
+
+def _numel(shape) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _alloc(shape, dtype: str, device, poison: bool) -> torch.Tensor:
+    t = TORCH_DTYPES[dtype]
+    if not poison:
+        return torch.zeros(shape, dtype=t, device=device)
+    if t.is_floating_point:
+        return torch.full(shape, float("nan"), dtype=t, device=device)
+    return torch.full(shape, -(2**30), dtype=t, device=device)

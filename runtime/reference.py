@@ -1,0 +1,74 @@
+"""A plain PyTorch decode step over the packed weights and the paged KV cache: the reference.
+
+It computes in ``compute_dtype`` (float64 by default) from the same weights the programs read,
+and writes the step's K/V into its own paged caches in the cache dtype, as the programs do.
+Rows with context length 0 are padding: they write nothing to the KV cache and attend to
+nothing (their attention output is zero).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .rope import angles
+from .weights import PackedWeights
+
+
+def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * w.to(x.dtype)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+    return x * torch.cat([cos, cos], -1) + rotated * torch.cat([sin, sin], -1)
+
+
+def reference_step(geometry: dict, weights: PackedWeights, k_caches: list, v_caches: list, tokens: torch.Tensor,
+                   positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
+                   tokens_per_row: int, compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V."""
+    g = geometry
+    eps, d, nq, nkv = g["norm_eps"], g["head_dim"], g["q_heads"], g["kv_heads"]
+    group, m = nq // nkv, tokens.shape[0]
+    block = k_caches[0].shape[1]
+    rows = m // tokens_per_row
+    cd = compute_dtype
+    a = angles(g, positions.long().cpu()).to(cd).to(tokens.device)
+    cos, sin = a.cos()[:, None, :], a.sin()[:, None, :]
+    x = weights.embed[tokens.long()].to(cd)
+    for layer, w in enumerate(weights.layers):
+        qkv = _rms(x, w.attn_norm, eps) @ w.w_qkv.to(cd).T
+        if w.b_qkv is not None:
+            qkv = qkv + w.b_qkv.to(cd)
+        q = qkv[:, : nq * d].view(m, nq, d)
+        k = qkv[:, nq * d: (nq + nkv) * d].view(m, nkv, d)
+        v = qkv[:, (nq + nkv) * d:].view(m, nkv, d)
+        if w.q_norm is not None:
+            q, k = _rms(q, w.q_norm, eps), _rms(k, w.k_norm, eps)
+        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+        kc, vc = k_caches[layer], v_caches[layer]
+        attn = torch.zeros(m, nq, d, dtype=cd, device=x.device)
+        for b in range(rows):
+            ctx = int(context_lens[b])
+            if ctx == 0:
+                continue
+            for j in range(tokens_per_row):
+                t = b * tokens_per_row + j
+                pos = int(positions[t])
+                slot = int(block_tables[b, pos // block]), pos % block
+                kc[slot] = k[t].to(kc.dtype)
+                vc[slot] = v[t].to(vc.dtype)
+            for j in range(tokens_per_row):
+                t = b * tokens_per_row + j
+                n = int(positions[t]) + 1
+                pages = block_tables[b, : -(-n // block)].long()
+                keys = kc[pages].reshape(-1, nkv, d)[:n].to(cd)
+                vals = vc[pages].reshape(-1, nkv, d)[:n].to(cd)
+                keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
+                scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
+                attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
+        x1 = x + attn.reshape(m, nq * d) @ w.w_o.to(cd).T
+        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.w_gate_up.to(cd).T).chunk(2, dim=-1)
+        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.w_down.to(cd).T
+    return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T

@@ -1,0 +1,73 @@
+"""Child process of test_numerics: one decode step of the staged programs under the interpreter.
+
+Run with TRITON_INTERPRET=1 (set before Triton is imported). Reads a case as JSON from argv,
+prints one JSON line: the logits' relative error against the float64 reference, whether the
+greedy ids match it, whether any output stayed poisoned, and what the step did to the KV cache.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+import torch
+import yaml
+
+from monobuild.compiler.interpret import InterpretedStep
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
+from monobuild.runtime.buffers import StepInputs
+from monobuild.runtime.reference import reference_step
+from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
+
+DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+def main(case: dict, workdir: Path) -> dict:
+    rows, tokens, dtype = case["rows"], case["tokens"], case["dtype"]
+    doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": 4,
+           "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
+           "max_context": 512, "head": "ids", "modes": ["staged"]}
+    if tokens > 1:
+        doc["verify"] = {"rows": rows, "tokens": tokens}
+    path = workdir / "tiny.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    recipe = load_recipe(path)
+    band = next(b for b in recipe.deployment.bands if (b.rows, b.tokens) == (rows, tokens))
+    g = recipe.geometry.to_json()
+    t = DTYPES[dtype]
+    gen = torch.Generator().manual_seed(case["seed"])
+    weights = pack_hf_state_dict(random_hf_state_dict(g, t, gen), g, t)
+    blocks, block_size, pages = 40 * rows, 16, 32
+    shape = (blocks, block_size, g["kv_heads"], g["head_dim"])
+    k_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g["layers"])]
+    v_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g["layers"])]
+    original = [c.clone() for c in k_caches + v_caches]
+    ctx = torch.tensor(case["context_lens"], dtype=torch.int32)
+    tables = torch.randperm(blocks, generator=gen)[: rows * pages].view(rows, pages).to(torch.int32)
+    positions = torch.cat([torch.arange(int(c) - tokens, int(c)) if c else torch.zeros(tokens, dtype=torch.long)
+                           for c in ctx]).to(torch.int32)
+    ids = torch.randint(0, g["vocab"], (rows * tokens,), generator=gen, dtype=torch.int32)
+    ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
+
+    step = InterpretedStep(plan_recipe(recipe), band, weights, k_caches, v_caches)
+    logits, next_ids = step(StepInputs(ids, positions, tables, ctx))
+    ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens)
+
+    live_slots = {(int(tables[b, int(p) // block_size]), int(p) % block_size)
+                  for b in range(rows) if ctx[b] for p in positions[b * tokens:(b + 1) * tokens]}
+    touched, kv_err = set(), 0.0
+    for got, want, before in zip(k_caches + v_caches, ref_k + ref_v, original):
+        changed = (got != before).flatten(2).any(-1).nonzero().tolist()
+        touched |= {tuple(x) for x in changed}
+        kv_err = max(kv_err, ((got.double() - want.double()).abs().max() / want.double().abs().max()).item())
+    return {
+        "rel_err": ((logits.double() - ref).norm() / ref.norm()).item(),
+        "unwritten_logits": int(torch.isnan(logits).sum()),
+        "ids_match": next_ids.long().tolist() == ref.argmax(-1).tolist(),
+        "stray_kv_writes": sorted(map(list, touched - live_slots)),
+        "kv_rel_err": kv_err,
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(json.loads(sys.argv[1]), Path(sys.argv[2]))))
