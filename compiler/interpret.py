@@ -16,6 +16,7 @@ from .emit import emit, kernel_function
 from .plan import Plan
 from .recipe import Band
 
+
 def _widen_bf16(data: np.ndarray) -> np.ndarray:
     return (data.astype(np.uint32) << 16).view(np.float32)
 

@@ -169,6 +169,8 @@ def load_recipe(path: str | Path) -> Recipe:
     if not isinstance(config, str) or not config:
         raise InputError(src, "config", "missing: the path of the model's config.json, relative to the recipe")
     config_path = (path.parent / config).resolve()
+    if not config_path.is_file():
+        raise InputError(src, "config", f"{config}: no such file (resolved against the recipe: {config_path})")
     geometry = load_geometry(config_path)
     deployment = deployment_from_doc(doc, src)
     _refuse_unserved(src, geometry, deployment)

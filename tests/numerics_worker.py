@@ -11,7 +11,6 @@ from pathlib import Path
 
 import torch
 import yaml
-
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe

@@ -37,7 +37,7 @@ def head_kernel(
     PERSISTENT: tl.constexpr = FIRST < LAST
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
-    if FIRST <= 0 and 0 <= LAST:
+    if FIRST <= 0 and LAST >= 0:
         gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, V, H, M, ROWS_P,
                    BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
@@ -55,7 +55,7 @@ def head_kernel(
         target = (step_epoch(counters, G) + 1) * G
         signal(counters)
         wait(counters, target)
-    if FIRST <= 1 and 1 <= LAST:
+    if FIRST <= 1 and LAST >= 1:
         t = tl.arange(0, TILES_P)
         for m in range(pid, M, G):
             vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")

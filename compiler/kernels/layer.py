@@ -225,7 +225,7 @@ def layer_kernel(
     PERSISTENT: tl.constexpr = FIRST < LAST
     pid = tl.program_id(0)
     target = 0
-    if FIRST <= 0 and 0 <= LAST:
+    if FIRST <= 0 and LAST >= 0:
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
         gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, NQKV, H, M, ROWS_P,
@@ -233,7 +233,7 @@ def layer_kernel(
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters + 0)
-    if FIRST <= 1 and 1 <= LAST:
+    if FIRST <= 1 and LAST >= 1:
         if PERSISTENT:
             wait(counters + 0, target)
         for task in range(pid, ROWS * NKV * SPLITS, G):
@@ -242,24 +242,24 @@ def layer_kernel(
                        QK_NORM, EPS, DOT_IEEE)
         if PERSISTENT:
             signal(counters + 1)
-    if FIRST <= 2 and 2 <= LAST:
+    if FIRST <= 2 and LAST >= 2:
         if PERSISTENT:
             wait(counters + 1, target)
         for task in range(pid, M * NQ, G):
             _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
         if PERSISTENT:
             signal(counters + 2)
-    if FIRST <= 3 and 3 <= LAST:
+    if FIRST <= 3 and LAST >= 3:
         gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, H, NQ * D, M, ROWS_P,
                    BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE)
         if PERSISTENT:
             signal(counters + 3)
-    if FIRST <= 4 and 4 <= LAST:
+    if FIRST <= 4 and LAST >= 4:
         gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, INTER, H, M, ROWS_P,
                    BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE)
         if PERSISTENT:
             signal(counters + 4)
-    if FIRST <= 5 and 5 <= LAST:
+    if FIRST <= 5 and LAST >= 5:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, H, INTER, M, ROWS_P,

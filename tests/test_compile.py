@@ -1,0 +1,137 @@
+"""The compile pipeline end to end on CPU: code objects, manifest, cache, determinism, the CLI."""
+
+import json
+import os
+
+import pytest
+from click.testing import CliRunner
+from monobuild.cli.main import main
+from monobuild.compiler import driver
+from monobuild.compiler.cache import cache_key
+from monobuild.compiler.emit import emit, emitter_digest
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.targets import TARGETS
+
+ELF = b"\x7fELF"
+EM_CUDA, EM_AMDGPU = 190, 224
+
+
+def _compile(args, expect=0):
+    result = CliRunner().invoke(main, ["compile", *map(str, args)])
+    assert result.exit_code == expect, result.output
+    return result
+
+
+@pytest.fixture(scope="module")
+def tiny_packages(tmp_path_factory):
+    """The tiny recipe compiled for sm_90 and gfx950, twice, from two fresh caches."""
+    from .conftest import DATA
+
+    root = tmp_path_factory.mktemp("pkg")
+    (root / "tiny-llama.json").write_text((DATA / "tiny-llama.json").read_text())
+    recipe = root / "tiny.yaml"
+    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
+                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [2]\nmax_context: 256\nhead: ids\n")
+    out = {}
+    for target in ("sm_90", "gfx950"):
+        for run in ("a", "b"):
+            _compile([recipe, "--out", root / f"out-{run}", "--cache", root / f"cache-{run}", "--target", target,
+                      "--jobs", "2"])
+        out[target] = (root / "out-a" / "tiny" / target, root / "out-b" / "tiny" / target)
+    return recipe, root, out
+
+
+@pytest.mark.parametrize("target,machine", [("sm_90", EM_CUDA), ("gfx950", EM_AMDGPU)])
+def test_code_objects_are_elf_for_the_target(tiny_packages, target, machine):
+    package = tiny_packages[2][target][0]
+    manifest = json.loads((package / "manifest.json").read_text())
+    assert manifest["target"] == target and manifest["programs"]
+    for program in manifest["programs"]:
+        blob = (package / program["code"]).read_bytes()
+        assert blob[:4] == ELF and int.from_bytes(blob[18:20], "little") == machine, program["name"]
+        assert program["args"] and program["grid"] >= 1 and program["block"] == 4 * (32 if target == "sm_90" else 64)
+        assert program["resources"]["registers"] > 0 and len(program["fingerprint"]) == 64
+    persistent = [p for p in manifest["programs"] if p["name"] == "layer.r2t1.persistent"][0]
+    assert persistent["launch"] == {"pdl": target == "sm_90", "cooperative": True}
+    assert [s["name"] for s in persistent["stages"]] == ["qkv", "attn", "combine", "o", "up", "down"]
+    assert len(persistent["syncs"]) == 5
+    step = [s for s in manifest["steps"] if s["mode"] == "persistent"][0]
+    assert [x["layer"] for x in step["launches"]] == [None, 0, 1, None]
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_packages_are_byte_identical(tiny_packages, target):
+    a, b = tiny_packages[2][target]
+    files_a = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    assert files_a == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file())
+    for rel in files_a:
+        assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
+
+
+def test_warm_compile_is_all_cache_hits(tiny_packages, monkeypatch):
+    recipe, root, _ = tiny_packages
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("compiled despite a warm cache")
+
+    monkeypatch.setattr(driver, "compile_program", refuse)
+    monkeypatch.setattr("monobuild.compiler.build.compile_program", refuse)
+    result = _compile([recipe, "--out", root / "out-warm", "--cache", root / "cache-a"])
+    assert "0 compiled" in result.output
+
+
+def test_cache_key_changes_with_what_changes_code(tiny_recipe):
+    recipe = load_recipe(tiny_recipe())
+    program = emit(recipe, plan_recipe(recipe).programs[1])
+    digest = emitter_digest()
+    base = cache_key(program, TARGETS["sm_90"], digest)
+    assert base == cache_key(program, TARGETS["sm_90"], digest)
+    assert base != cache_key(program, TARGETS["gfx950"], digest)
+    assert base != cache_key(program, TARGETS["sm_90"], "other-emitter")
+    from dataclasses import replace
+
+    assert base == cache_key(replace(program, name="renamed"), TARGETS["sm_90"], digest)  # names are not code
+    for changed in (replace(program, num_warps=8), replace(program, constexprs=program.constexprs + (("X", 1),)),
+                    replace(program, launch_pdl=not program.launch_pdl)):
+        assert cache_key(changed, TARGETS["sm_90"], digest) != base
+
+
+def test_inspect_lists_resources(tiny_packages):
+    package = tiny_packages[2]["sm_90"][0]
+    result = CliRunner().invoke(main, ["inspect", str(package)])
+    assert result.exit_code == 0 and "layer.r2t1.persistent" in result.output
+    data = json.loads(CliRunner().invoke(main, ["inspect", str(package), "--json"]).output)
+    assert all(p["fits"] for p in data["programs"])
+
+
+def test_plan_command(tiny_recipe):
+    result = CliRunner().invoke(main, ["plan", str(tiny_recipe())])
+    assert result.exit_code == 0 and "sync   #4 up → down" in result.output and "roofline" in result.output
+    data = json.loads(CliRunner().invoke(main, ["plan", str(tiny_recipe()), "--json"]).output)
+    assert {s["mode"] for s in data["steps"]} == {"persistent", "staged"}
+
+
+@pytest.mark.parametrize("bad", [{"target": "sm_80"}, {"config": "nope.json"}, {"bands": [32]}])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tiny_recipe, tmp_path, bad):
+    good = tiny_recipe("good.yaml")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(main, ["compile", str(good), str(tiny_recipe(**bad)), "--out", str(out),
+                                       "--cache", str(tmp_path / "c")])
+    assert result.exit_code == 2
+    assert len(result.output.strip().splitlines()) == 1 and "tiny.yaml" in result.output
+    assert "Traceback" not in result.output and not out.exists()
+
+
+def test_missing_package_exits_2(tmp_path):
+    result = CliRunner().invoke(main, ["inspect", str(tmp_path)])
+    assert result.exit_code == 2 and "manifest.json" in result.output
+
+
+def test_cache_dir_from_environment(tmp_path, monkeypatch):
+    from monobuild.compiler.env import CACHE_ENV, default_cache_dir
+
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cc"))
+    assert default_cache_dir() == tmp_path / "cc"
+    monkeypatch.delenv(CACHE_ENV)
+    assert default_cache_dir().name == "monobuild" and os.fspath(default_cache_dir())
