@@ -19,7 +19,6 @@ from .schedule import Schedule, ScheduleEntry, load_schedule
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 LAYER_STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 HEAD_STAGES = ("logits", "argmax")
-COUNTERS_PER_PROGRAM = 8  # int64 counters in each launch's block; the layer uses 5
 
 
 @dataclass(frozen=True)
