@@ -120,5 +120,38 @@ def inspect(package, as_json):
     click.echo(json.dumps(inspect_json(manifest), indent=1) if as_json else inspect_text(manifest))
 
 
+def _int_list(ctx, param, value: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r} is not a comma-separated list of integers") from None
+    if any(v < 1 for v in values):
+        raise click.BadParameter(f"{value!r}: every context must be at least 1")
+    return values
+
+
+@main.command()
+@click.argument("package", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--context", "contexts", default="1024", show_default=True, callback=_int_list,
+              help="Tokens of context per row; a comma-separated list runs each.")
+@click.option("--mode", "modes", multiple=True, type=click.Choice(["persistent", "staged"]),
+              help="Program mode(s) to time (default: every mode in the package).")
+@click.option("--band", "bands", multiple=True, help="Only these bands (e.g. r1t1, r8t1, r1t6).")
+@click.option("--iters", default=200, show_default=True, type=click.IntRange(10), help="Timed replays per case.")
+@click.option("--no-baseline", is_flag=True, help="Skip the torch.compile + CUDA graph baseline.")
+@_one_line_errors
+def bench(package, as_json, contexts, modes, bands, iters, no_baseline):
+    """Time PACKAGE's decode step on this GPU against the roofline and a PyTorch baseline."""
+    from ..bench.run import bench as run_bench
+    from .report import bench_text
+
+    def progress(line: str) -> None:
+        click.echo(line, err=True)
+
+    result = run_bench(package, contexts, modes or None, bands or None, iters, not no_baseline, progress)
+    click.echo(json.dumps(result.to_json(), indent=1) if as_json else bench_text(result))
+
+
 if __name__ == "__main__":
     main()

@@ -2,7 +2,7 @@
 
 ``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
 program declares under that name), two fp32 activation buffers the layers ping-pong between,
-the logits and next ids, one counter block per launch and the RoPE table. ``args`` resolves a
+the logits and next ids, one counter block per launch and the RoPE table (which bands may share). ``args`` resolves a
 program's named ABI to tensors for one launch, so the step path itself allocates nothing.
 """
 
@@ -32,7 +32,7 @@ class StepInputs:
 
 class StepBuffers:
     def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
-                 device=None, poison: bool = False):
+                 device=None, poison: bool = False, rope: torch.Tensor | None = None):
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         for r in regions:
             if r.kind != "scratch":
@@ -46,7 +46,7 @@ class StepBuffers:
         self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
-        self.rope = rope_table(geometry, max_context, device)
+        self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry["layers"]
 
     def args(self, arg_names: Sequence[str], launch: int, layer: int | None, kind: str,

@@ -7,6 +7,7 @@ place. A missing or mis-shaped tensor is an error naming it with the expected sh
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import torch
@@ -37,24 +38,36 @@ class PackedWeights:
     w_head: torch.Tensor
 
 
-def _take(sd: dict, name: str, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+ALIGNMENT = 16  # the programs are compiled assuming 16-byte aligned pointers (16-byte vector loads)
+
+
+def _take(sd: Mapping, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """The tensor ``name``, checked, on ``device``, contiguous and aligned (copied only if it is not)."""
     if name not in sd:
         raise WeightError(f"{name}: missing (expected {list(shape)} {dtype})")
     t = sd[name]
     if tuple(t.shape) != shape or t.dtype != dtype:
         raise WeightError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
+    if device is not None:
+        t = t.to(device)
+    if not t.is_contiguous() or t.data_ptr() % ALIGNMENT:
+        t = t.clone(memory_format=torch.contiguous_format)
     return t
 
 
-def pack_hf_state_dict(sd: dict, geometry: dict, dtype: torch.dtype) -> PackedWeights:
-    """Pack an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…) for the programs."""
+def pack_hf_state_dict(sd: Mapping, geometry: dict, dtype: torch.dtype, device=None) -> PackedWeights:
+    """Pack an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…) for the programs.
+
+    Tensors already on ``device`` (default: where they are), contiguous and aligned are used in
+    place; q/k/v and gate/up are concatenated once, on ``device``.
+    """
     g = geometry
     h, d, inter = g["hidden"], g["head_dim"], g["intermediate"]
     nq, nkv = g["q_heads"] * d, g["kv_heads"] * d
     layers = []
     for i in range(g["layers"]):
         p = f"model.layers.{i}."
-        take = lambda n, s, p=p: _take(sd, p + n, s, dtype)  # noqa: E731
+        take = lambda n, s, p=p: _take(sd, p + n, s, dtype, device)  # noqa: E731
         q, k, v = take("self_attn.q_proj.weight", (nq, h)), take("self_attn.k_proj.weight", (nkv, h)), \
             take("self_attn.v_proj.weight", (nkv, h))
         bias = None
@@ -72,23 +85,27 @@ def pack_hf_state_dict(sd: dict, geometry: dict, dtype: torch.dtype) -> PackedWe
             w_gate_up=torch.cat([take("mlp.gate_proj.weight", (inter, h)), take("mlp.up_proj.weight", (inter, h))]),
             w_down=take("mlp.down_proj.weight", (h, inter)),
         ))
-    embed = _take(sd, "model.embed_tokens.weight", (g["vocab"], h), dtype)
-    head = embed if g["tied_head"] else _take(sd, "lm_head.weight", (g["vocab"], h), dtype)
-    return PackedWeights(embed, tuple(layers), _take(sd, "model.norm.weight", (h,), dtype), head)
+    embed = _take(sd, "model.embed_tokens.weight", (g["vocab"], h), dtype, device)
+    head = embed if g["tied_head"] else _take(sd, "lm_head.weight", (g["vocab"], h), dtype, device)
+    return PackedWeights(embed, tuple(layers), _take(sd, "model.norm.weight", (h,), dtype, device), head)
 
 
 def random_hf_state_dict(geometry: dict, dtype: torch.dtype, generator: torch.Generator) -> dict:
-    """Random weights under HF names, scaled like a trained model's (unit-RMS activations)."""
+    """Random weights under HF names, scaled like a trained model's (unit-RMS activations).
+
+    Drawn on the generator's device (a CUDA generator draws a large model in seconds).
+    """
     g = geometry
+    dev = generator.device
     h, d, inter = g["hidden"], g["head_dim"], g["intermediate"]
 
     def mat(rows, cols):
-        return (torch.randn(rows, cols, generator=generator, dtype=torch.float64) / cols**0.5).to(dtype)
+        return (torch.randn(rows, cols, generator=generator, dtype=torch.float32, device=dev) / cols**0.5).to(dtype)
 
     def vec(n, base=1.0, spread=0.1):
-        return (base + spread * torch.randn(n, generator=generator, dtype=torch.float64)).to(dtype)
+        return (base + spread * torch.randn(n, generator=generator, dtype=torch.float32, device=dev)).to(dtype)
 
-    sd = {"model.embed_tokens.weight": torch.randn(g["vocab"], h, generator=generator).to(dtype),
+    sd = {"model.embed_tokens.weight": torch.randn(g["vocab"], h, generator=generator, device=dev).to(dtype),
           "model.norm.weight": vec(h)}
     if not g["tied_head"]:
         sd["lm_head.weight"] = mat(g["vocab"], h)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 import yaml
+
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe

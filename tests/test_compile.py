@@ -5,6 +5,7 @@ import os
 
 import pytest
 from click.testing import CliRunner
+
 from monobuild.cli.main import main
 from monobuild.compiler import driver
 from monobuild.compiler.cache import cache_key

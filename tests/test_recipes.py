@@ -3,6 +3,7 @@
 import json
 
 import pytest
+
 from monobuild.compiler.errors import InputError, Refusal
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe

@@ -1,0 +1,75 @@
+"""The PyTorch baseline: the same decode step written plainly in PyTorch, for torch.compile + a CUDA graph.
+
+bf16 weights and activations (what a PyTorch serving stack runs), the same packed weights and
+the same paged KV cache: K/V pages are gathered through the block tables, the step's new K/V are
+scattered into them, attention is SDPA over the gathered context with a length mask. Shapes are
+fixed per (band, pages) so torch.compile sees static shapes and the result can be graph-captured.
+It is a timing baseline; the bench also reports how far its logits are from ours.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..runtime.rope import rope_table
+from ..runtime.weights import PackedWeights
+
+
+def _rms(x, w, eps):
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def _rotate(x, cos, sin):
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+
+class TorchDecodeStep:
+    """``step(tokens, positions, block_tables, context_lens)`` → fp32 logits, in plain PyTorch."""
+
+    def __init__(self, geometry: dict, weights: PackedWeights, k_caches, v_caches, max_context: int, device):
+        self.g, self.w, self.k, self.v = geometry, weights, list(k_caches), list(v_caches)
+        self.rope = rope_table(geometry, max_context, device)
+
+    def __call__(self, tokens, positions, block_tables, context_lens):
+        g, w = self.g, self.w
+        eps, d, nq, nkv = g["norm_eps"], g["head_dim"], g["q_heads"], g["kv_heads"]
+        rows = context_lens.shape[0]
+        tpr = tokens.shape[0] // rows
+        block = self.k[0].shape[1]
+        pages = block_tables.shape[1]
+        half = d // 2
+        table = self.rope[positions.long()]
+        cos, sin = table[:, None, :half].to(w.embed.dtype), table[:, None, half:].to(w.embed.dtype)
+        x = w.embed[tokens.long()]
+        slot_block = block_tables.gather(1, (positions.view(rows, tpr).long() // block)).flatten().long()
+        slot_off = positions.long() % block
+        key_pos = torch.arange(pages * block, device=tokens.device)
+        # Row b's token j sees cached positions < position + 1 (its own and the step's earlier tokens).
+        visible = key_pos[None, :] <= positions.long()[:, None]  # every row live: the bench pads none
+        for layer, lw in enumerate(w.layers):
+            qkv = _rms(x, lw.attn_norm, eps) @ lw.w_qkv.T
+            if lw.b_qkv is not None:
+                qkv = qkv + lw.b_qkv
+            q = qkv[:, : nq * d].view(-1, nq, d)
+            k = qkv[:, nq * d: (nq + nkv) * d].view(-1, nkv, d)
+            v = qkv[:, (nq + nkv) * d:].view(-1, nkv, d)
+            if lw.q_norm is not None:
+                q, k = _rms(q, lw.q_norm, eps), _rms(k, lw.k_norm, eps)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            kc, vc = self.k[layer], self.v[layer]
+            kc[slot_block, slot_off] = k.to(kc.dtype)
+            vc[slot_block, slot_off] = v.to(vc.dtype)
+            keys = kc[block_tables.long()].view(rows, pages * block, nkv, d).transpose(1, 2)
+            vals = vc[block_tables.long()].view(rows, pages * block, nkv, d).transpose(1, 2)
+            qr = q.view(rows, tpr, nq, d).transpose(1, 2)
+            mask = visible.view(rows, 1, tpr, pages * block)
+            attn = F.scaled_dot_product_attention(qr, keys, vals, attn_mask=mask, enable_gqa=True)
+            attn = attn.transpose(1, 2).reshape(-1, nq * d)
+            x1 = x + attn @ lw.w_o.T
+            gate, up = (_rms(x1, lw.mlp_norm, eps) @ lw.w_gate_up.T).chunk(2, -1)
+            x = x1 + (F.silu(gate) * up) @ lw.w_down.T
+        return (_rms(x, w.final_norm, eps) @ w.w_head.T).float()

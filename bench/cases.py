@@ -1,0 +1,64 @@
+"""Random decode cases for a package: weights, a paged KV cache and a step's inputs, on the GPU.
+
+Shared by ``monobuild bench`` and the GPU tests, so both time and check the same thing: random
+weights scaled like a trained model's, a KV cache of random values (never zeros, which hide
+unwritten outputs and run faster than real data), block tables that scatter each row's pages
+over the whole cache, and per-row contexts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..runtime.buffers import StepInputs
+from ..runtime.kvcache import KVCache
+from ..runtime.weights import random_hf_state_dict
+
+
+@dataclass(frozen=True)
+class DecodeCase:
+    inputs: StepInputs
+    tokens_per_row: int
+
+    @property
+    def rows(self) -> int:
+        return self.inputs.context_lens.shape[0]
+
+
+def random_state_dict(package, seed: int) -> dict:
+    gen = torch.Generator(device=package.device).manual_seed(seed)
+    return random_hf_state_dict(package.geometry, package.dtype, gen)
+
+
+def random_kv_cache(package, num_blocks: int, seed: int) -> KVCache:
+    gen = torch.Generator(device=package.device).manual_seed(seed)
+    cache = package.allocate_kv_cache(num_blocks)
+    for t in cache.k + cache.v:
+        t.copy_(torch.randn(t.shape, generator=gen, device=t.device))
+    return cache
+
+
+def blocks_needed(package, rows: int, context: int) -> int:
+    return rows * -(-context // package.block_size)
+
+
+def random_case(package, contexts: list[int], tokens_per_row: int, num_blocks: int, seed: int) -> DecodeCase:
+    """Inputs for rows with the given contexts (this step's tokens included; 0 = a padding row).
+
+    Each live row's pages are distinct blocks drawn at random from the whole cache.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    bs, rows = package.block_size, len(contexts)
+    pages = max(1, -(-max(contexts) // bs))
+    if rows * pages > num_blocks:
+        raise ValueError(f"{rows} rows × {pages} pages do not fit {num_blocks} blocks")
+    tables = torch.randperm(num_blocks, generator=gen)[: rows * pages].view(rows, pages).to(torch.int32)
+    positions = torch.cat([torch.arange(c - tokens_per_row, c) if c else torch.zeros(tokens_per_row, dtype=torch.long)
+                           for c in contexts]).to(torch.int32)
+    ids = torch.randint(0, package.geometry["vocab"], (rows * tokens_per_row,), generator=gen, dtype=torch.int32)
+    dev = package.device
+    inputs = StepInputs(ids.to(dev), positions.to(dev), tables.to(dev),
+                        torch.tensor(contexts, dtype=torch.int32, device=dev))
+    return DecodeCase(inputs, tokens_per_row)

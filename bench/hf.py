@@ -1,0 +1,73 @@
+"""transformers as the outside reference: build an HF model from a config.json with given weights,
+prefill rows, batch their caches for decode, and copy a prefill cache into the paged KV cache.
+
+Used by ``tools/transformers_check.py`` on the GPU and by the CPU test that checks the float64
+reference step against transformers. transformers is imported lazily: the runtime never needs it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from ..runtime.kvcache import KVCache
+
+
+def hf_model(config_json: Path, state_dict: dict, dtype: torch.dtype, device):
+    """The transformers model of a config.json, built on ``device`` (nothing downloaded), with these weights."""
+    import transformers
+
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copy(config_json, Path(tmp) / "config.json")
+        config = transformers.AutoConfig.from_pretrained(tmp)
+    with torch.device(device):
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+    missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state_dict.items()}, strict=False)
+    if unexpected or any(k != "lm_head.weight" for k in missing):
+        raise SystemExit(f"{config_json}: weights do not fit the HF model: missing {missing}, unexpected {unexpected}")
+    return model.eval()
+
+
+def prefill(model, prompts: list[torch.Tensor]):
+    """Prefill each row alone; returns per-row caches [(k, v) per layer] and last-token logits."""
+    caches, last = [], []
+    for ids in prompts:
+        out = model(ids[None], use_cache=True)
+        layers = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        caches.append(layers)
+        last.append(out.logits[0, -1].float())
+    return caches, torch.stack(last)
+
+
+def batched_cache(caches, lengths: list[int]):
+    """Left-pad the rows' caches into one batch cache and its attention mask."""
+    from transformers import DynamicCache
+
+    longest = max(lengths)
+    layers = []
+    for layer in range(len(caches[0])):
+        k0, _ = caches[0][layer]
+        shape = (len(caches), k0.shape[1], longest, k0.shape[3])
+        k, v = k0.new_zeros(shape), k0.new_zeros(shape)
+        for b, n in enumerate(lengths):
+            k[b, :, longest - n:] = caches[b][layer][0][0]
+            v[b, :, longest - n:] = caches[b][layer][1][0]
+        layers.append((k, v))
+    mask = torch.zeros(len(caches), longest, dtype=torch.long, device=k0.device)
+    for b, n in enumerate(lengths):
+        mask[b, longest - n:] = 1
+    return DynamicCache(layers), mask
+
+
+def fill_paged(kv: KVCache, caches, block_tables: torch.Tensor, block_size: int) -> None:
+    """Copy each row's prefill K/V [1, kv_heads, n, head_dim] into its pages of the paged cache."""
+    for b, layers in enumerate(caches):
+        for layer, (k, v) in enumerate(layers):
+            n = k.shape[2]
+            pos = torch.arange(n, device=k.device)
+            blocks = block_tables[b, pos // block_size].long()
+            kv.k[layer][blocks, pos % block_size] = k[0].transpose(0, 1).to(kv.k[layer].dtype)
+            kv.v[layer][blocks, pos % block_size] = v[0].transpose(0, 1).to(kv.v[layer].dtype)

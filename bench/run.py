@@ -1,0 +1,157 @@
+"""``monobuild bench``: a package's decode step against the roofline and a PyTorch baseline, in one run.
+
+For each band (and context): the step captured in a CUDA graph, each replay timed with CUDA
+events; the roofline is the bytes the step must move (manifest) ÷ the device-to-device copy
+bandwidth measured at the start of the same run; the baseline is the same step in plain PyTorch
+(``baseline.py``), torch.compile'd and captured in a CUDA graph, timed the same way. Weights and
+KV cache hold random values (never zeros), and the KV pages of each row are scattered.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from .. import runtime
+from .baseline import TorchDecodeStep
+from .cases import blocks_needed, random_case, random_kv_cache, random_state_dict
+from .roofline import step_bytes
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p90_ms: float
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    band: str
+    mode: str
+    context: int
+    bytes: int
+    roofline_ms: float
+    ours: Timing
+    baseline: Timing | None
+    baseline_rel_diff: float | None  # ‖baseline − ours‖ / ‖ours‖ on the bench's inputs
+
+    @property
+    def gbps(self) -> float:
+        return self.bytes / self.ours.median_ms / 1e6
+
+    @property
+    def roofline_pct(self) -> float:
+        return 100 * self.roofline_ms / self.ours.median_ms
+
+    @property
+    def speedup(self) -> float | None:
+        return self.baseline.median_ms / self.ours.median_ms if self.baseline else None
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    package: str
+    device: str
+    copy_gbps: float
+    rows: tuple[BenchRow, ...]
+
+    def to_json(self) -> dict:
+        doc = asdict(self)
+        for row, out in zip(self.rows, doc["rows"]):
+            out |= {"gbps": row.gbps, "roofline_pct": row.roofline_pct, "speedup": row.speedup}
+        return doc
+
+
+def copy_bandwidth(nbytes: int = 2 << 30, iters: int = 20) -> float:
+    """Device-to-device copy bandwidth in B/s, counting bytes read plus bytes written."""
+    src = torch.empty(nbytes // 2, dtype=torch.bfloat16, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    times = time_replays(lambda: dst.copy_(src), iters, graph=False)
+    return 2 * nbytes / (statistics.median(times) / 1e3)
+
+
+def time_replays(fn: Callable[[], object], iters: int, graph: bool = True, warmup: int = 3) -> list[float]:
+    """Milliseconds of each of ``iters`` runs of ``fn`` (captured in a CUDA graph when ``graph``)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(warmup):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    run = fn
+    if graph:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            fn()
+        run = g.replay
+        for _ in range(warmup):
+            run()
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(iters)]
+    for s, e in zip(starts, ends):
+        s.record()
+        run()
+        e.record()
+    torch.cuda.synchronize()
+    return [s.elapsed_time(e) for s, e in zip(starts, ends)]
+
+
+def _timing(times: list[float]) -> Timing:
+    ordered = sorted(times)
+    return Timing(statistics.median(ordered), ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))])
+
+
+def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ...] | None = None,
+          bands: tuple[str, ...] | None = None, iters: int = 200, baseline: bool = True,
+          progress: Callable[[str], None] = lambda _: None) -> BenchResult:
+    pkg = runtime.load(package_dir)
+    progress(f"loaded {package_dir} on {torch.cuda.get_device_name(pkg.device)}")
+    copy = copy_bandwidth()
+    progress(f"device-to-device copy: {copy / 1e9:.0f} GB/s")
+    weights = pkg.bind_weights(random_state_dict(pkg, seed=0))
+    specs = sorted({s.band for s in pkg.manifest.steps}, key=lambda b: (b.tokens, b.rows))
+    rows_out = []
+    for context in contexts:
+        for band in specs:
+            if bands and band.name not in bands:
+                continue
+            blocks = blocks_needed(pkg, band.rows, context)
+            cache = random_kv_cache(pkg, blocks, seed=context)
+            case = random_case(pkg, [context] * band.rows, band.tokens, blocks, seed=context)
+            i = case.inputs
+            nbytes = step_bytes(pkg.manifest, band, context)
+            base_timing = diff = None
+            ours_logits = None
+            for mode in modes or pkg.modes:
+                step = pkg.bind(weights, cache, mode)
+                args = (i.tokens, i.positions, i.block_tables, i.context_lens)
+                timing = _timing(time_replays(lambda step=step, args=args: step(*args), iters))
+                if ours_logits is None:
+                    ours_logits = step.logits.clone()
+                if baseline and base_timing is None:
+                    base_timing, diff = _baseline(pkg, weights, cache, i, context, ours_logits, iters)
+                row = BenchRow(band.name, mode, context, nbytes, nbytes / copy * 1e3, timing, base_timing, diff)
+                rows_out.append(row)
+                progress(f"{band.name} ctx {context} {mode}: {timing.median_ms:.3f} ms "
+                         f"({row.roofline_pct:.0f}% of roofline)")
+            del cache
+            torch.cuda.empty_cache()
+    return BenchResult(str(package_dir), torch.cuda.get_device_name(pkg.device), copy, tuple(rows_out))
+
+
+def _baseline(pkg, weights, cache, inputs, context, ours_logits, iters) -> tuple[Timing, float]:
+    torch_step = TorchDecodeStep(pkg.geometry, weights, cache.k, cache.v, pkg.manifest.deployment["max_context"],
+                                 pkg.device)
+    compiled = torch.compile(torch_step, dynamic=False)
+    args = (inputs.tokens, inputs.positions, inputs.block_tables, inputs.context_lens)
+    out = {}
+
+    def run():
+        out["logits"] = compiled(*args)
+
+    times = time_replays(run, iters)
+    diff = ((out["logits"] - ours_logits).norm() / ours_logits.norm()).item()
+    return _timing(times), diff

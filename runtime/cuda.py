@@ -1,0 +1,94 @@
+"""The CUDA driver API, as much of it as the runtime needs: load a cubin, query, launch.
+
+Through ``cuda.bindings.driver`` (NVIDIA's own binding; in the GPU image, ``pip install
+cuda-bindings`` elsewhere). Launches go through ``cuLaunchKernelEx`` with a config built once per
+launch site: the step only points it at the caller's stream and hands over a prebuilt parameter
+block, so a launch costs one driver call. torch owns the context (its primary context); this
+module makes that context current in the calling thread and otherwise only borrows it.
+"""
+
+from __future__ import annotations
+
+
+class DriverError(RuntimeError):
+    """A CUDA driver call failed; says which call and the driver's error name."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:
+        raise DriverError("monobuild.runtime needs NVIDIA's driver binding: pip install cuda-bindings") from e
+    return driver
+
+
+def _check(result, call: str):
+    """Unwrap a cuda.bindings return tuple, raising on an error code."""
+    driver = _driver()
+    err, *values = result if isinstance(result, tuple) else (result,)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        _, name = driver.cuGetErrorName(err)
+        raise DriverError(f"{call} failed: {name.decode() if name else int(err)}")
+    return values[0] if len(values) == 1 else values
+
+
+def make_context_current(ordinal: int) -> None:
+    """Make the device's primary context (the one torch uses) current in this thread."""
+    driver = _driver()
+    dev = _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+    ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+class CudaKernel:
+    """One kernel of a loaded cubin, with its launch geometry and launch attributes (PDL, cooperative)."""
+
+    def __init__(self, binary: bytes, symbol: str, grid: int, block: int, shared_bytes: int,
+                 pdl: bool, cooperative: bool):
+        driver = _driver()
+        self._module = _check(driver.cuModuleLoadData(binary), "cuModuleLoadData")
+        self.function = _check(driver.cuModuleGetFunction(self._module, symbol.encode()), f"cuModuleGetFunction({symbol})")
+        if shared_bytes > 48 * 1024:
+            _check(driver.cuFuncSetAttribute(
+                self.function, driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                shared_bytes), "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)")
+        self.grid, self.block, self.shared_bytes = grid, block, shared_bytes
+        self.pdl, self.cooperative, self.symbol = pdl, cooperative, symbol
+        self._driver = driver
+        self._launch_config, self._stream = self._config(), None
+
+    def resident_ctas_per_sm(self) -> int:
+        """What the driver says fits on one SM at this block size and shared memory."""
+        driver = _driver()
+        return _check(driver.cuOccupancyMaxActiveBlocksPerMultiprocessor(self.function, self.block, self.shared_bytes),
+                      "cuOccupancyMaxActiveBlocksPerMultiprocessor")
+
+    def _config(self):
+        driver = _driver()
+        config = driver.CUlaunchConfig()
+        config.gridDimX, config.gridDimY, config.gridDimZ = self.grid, 1, 1
+        config.blockDimX, config.blockDimY, config.blockDimZ = self.block, 1, 1
+        config.sharedMemBytes = self.shared_bytes
+        attrs = []
+        if self.cooperative:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+            a.value.cooperative = 1
+            attrs.append(a)
+        if self.pdl:
+            a = driver.CUlaunchAttribute()
+            a.id = driver.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+            a.value.programmaticStreamSerializationAllowed = 1
+            attrs.append(a)
+        config.attrs, config.numAttrs = attrs, len(attrs)
+        return config
+
+    def launch(self, stream: int, params_address: int) -> None:
+        """Launch on the stream whose raw handle is ``stream``, with the void*[] at ``params_address``."""
+        if stream != self._stream:
+            self._launch_config.hStream = self._driver.CUstream(stream)
+            self._stream = stream
+        err, = self._driver.cuLaunchKernelEx(self._launch_config, self.function, params_address, None)
+        if err != self._driver.CUresult.CUDA_SUCCESS:
+            _, text = self._driver.cuGetErrorName(err)
+            raise DriverError(f"launch of {self.symbol} failed: {text.decode() if text else int(err)}")

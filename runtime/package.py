@@ -1,0 +1,160 @@
+"""Load a compiled package onto a GPU: check the device against the manifest, load the code objects.
+
+``load`` refuses, with the reason, a device the package was not planned for (another
+architecture, another SM/CU count: the persistent grids and the split counts are sized for it),
+and a persistent program the driver says cannot be co-resident.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from .checkpoint import SafetensorsCheckpoint
+from .kvcache import KVCache, allocate_kv_cache, as_kv_cache
+from .manifest import Manifest, PackageError, ProgramSpec, read_manifest
+from .weights import PackedWeights, pack_hf_state_dict
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+
+
+class DeviceRefused(PackageError):
+    """The package cannot run on this device; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class DeviceInfo:
+    name: str
+    arch: str  # sm_90, gfx942, gfx950
+    sm_count: int  # SMs (NVIDIA) or CUs (AMD)
+
+
+def describe_device(index: int) -> DeviceInfo:
+    props = torch.cuda.get_device_properties(index)
+    if torch.version.hip:
+        arch = props.gcnArchName.split(":", 1)[0]
+    else:
+        arch = f"sm_{props.major}{props.minor}"
+    return DeviceInfo(props.name, arch, props.multi_processor_count)
+
+
+def check_device(manifest: Manifest, device: DeviceInfo) -> None:
+    """Refuse a device whose architecture or SM/CU count differs from the package's plan."""
+    if device.arch != manifest.target:
+        raise DeviceRefused(f"package {manifest.recipe} is compiled for {manifest.target}; this device "
+                            f"({device.name}) is {device.arch}: compile the recipe with --target {device.arch}")
+    if device.sm_count != manifest.sm_count:
+        raise DeviceRefused(f"package {manifest.recipe} is planned for {manifest.sm_count} SMs; this device "
+                            f"({device.name}) has {device.sm_count}: set sm_count: {device.sm_count} in the recipe "
+                            "and compile again (the persistent grids and attention splits are sized by it)")
+
+
+def _kernel_class(target: str):
+    if target.startswith("sm_"):
+        from .cuda import CudaKernel
+
+        return CudaKernel
+    from .hip import HipKernel
+
+    return HipKernel
+
+
+class Package:
+    """A package loaded on one device: its manifest and one loaded kernel per program."""
+
+    def __init__(self, path: Path, manifest: Manifest, device: torch.device, kernels: dict):
+        self.path, self.manifest, self.device, self.kernels = path, manifest, device, kernels
+
+    @property
+    def geometry(self) -> dict:
+        return self.manifest.geometry
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return tuple(self.manifest.deployment["modes"])
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.manifest.deployment["dtype"]]
+
+    @property
+    def kv_dtype(self) -> torch.dtype:
+        return TORCH_DTYPES[self.manifest.deployment["kv_cache"]["dtype"]]
+
+    @property
+    def block_size(self) -> int:
+        return self.manifest.deployment["kv_cache"]["block_size"]
+
+    def make_current(self) -> None:
+        """Make the device's context current in the calling thread (the step does this on a new thread)."""
+        if self.manifest.target.startswith("sm_"):
+            from .cuda import make_context_current
+
+            make_context_current(self.device.index)
+
+    def allocate_kv_cache(self, num_blocks: int) -> KVCache:
+        """A KV cache of ``num_blocks`` blocks per layer on this package's device (uninitialised)."""
+        return allocate_kv_cache(self.geometry, self.block_size, self.kv_dtype, num_blocks, self.device)
+
+    def bind_weights(self, weights) -> PackedWeights:
+        """Weights from an HF-named state_dict (any device) or a safetensors file or directory."""
+        if isinstance(weights, (str, Path)):
+            weights = SafetensorsCheckpoint(weights)
+        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device)
+
+    def bind(self, weights, kv_cache, mode: str | None = None):
+        """A callable decode step over these weights and this KV cache (both used in place)."""
+        from .step import DecodeStep
+
+        mode = mode or self.modes[0]
+        if mode not in self.modes:
+            raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
+        packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights)
+        cache = as_kv_cache(kv_cache, self.geometry, self.block_size, self.kv_dtype, self.device)
+        return DecodeStep(self, packed, cache, mode)
+
+
+def load(package_dir: str | Path, device: int | str | torch.device | None = None) -> Package:
+    """Load the package at ``package_dir`` onto ``device`` (default: torch's current CUDA device)."""
+    path = Path(package_dir)
+    manifest = read_manifest(path)
+    if not torch.cuda.is_available():
+        raise DeviceRefused(f"{path}: no GPU is visible to torch (package {manifest.recipe} needs a "
+                            f"{manifest.target} device)")
+    if manifest.target.startswith("sm_") != (torch.version.hip is None):
+        raise DeviceRefused(f"{path}: a {manifest.target} package needs a "
+                            f"{'CUDA' if manifest.target.startswith('sm_') else 'ROCm'} build of torch")
+    device = _cuda_device(device)
+    check_device(manifest, describe_device(device.index))
+    package = Package(path, manifest, device, {})
+    package.make_current()
+    kernel_class = _kernel_class(manifest.target)
+    package.kernels.update({p.name: _load_kernel(path, p, kernel_class) for p in manifest.programs})
+    for p in manifest.programs:
+        if p.launch_cooperative:
+            fits = package.kernels[p.name].resident_ctas_per_sm() * manifest.sm_count
+            if fits < p.grid:
+                raise DeviceRefused(f"{path}: {p.name} needs {p.grid} co-resident CTAs; the driver fits {fits} "
+                                    f"({p.resources.registers} registers, {p.shared_bytes} B shared memory, "
+                                    f"{p.block} threads each)")
+    return package
+
+
+def _cuda_device(device) -> torch.device:
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    d = torch.device(device) if device is not None else torch.device("cuda")
+    if d.type != "cuda":
+        raise DeviceRefused(f"device {d}: packages run on a GPU (cuda)")
+    return torch.device("cuda", torch.cuda.current_device() if d.index is None else d.index)
+
+
+def _load_kernel(path: Path, p: ProgramSpec, kernel_class):
+    code = path / p.code
+    try:
+        binary = code.read_bytes()
+    except FileNotFoundError:
+        raise PackageError(f"{code}: missing (named by {p.name} in the manifest)") from None
+    return kernel_class(binary, p.symbol, p.grid, p.block, p.shared_bytes, p.launch_pdl, p.launch_cooperative)

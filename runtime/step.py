@@ -1,0 +1,179 @@
+"""The decode step: a package's launches over bound weights, KV cache and preallocated buffers.
+
+Everything a launch reads is fixed at bind time except the step's inputs, so each launch site
+gets its parameter block once and a step only rewrites the input slots that changed, then issues
+one driver call per launch on the caller's current stream. The step allocates nothing and never
+waits for the host, so a CUDA graph can capture it.
+
+The band is the smallest one with at least the caller's rows and the same tokens per row. When
+the caller's inputs already are the band's shape (int32, contiguous, aligned, on the device),
+the programs read them in place; otherwise they are copied into the band's own input buffers,
+padded with dead rows (context length 0), which store nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from .buffers import StepBuffers, StepInputs
+from .kvcache import KVCache
+from .manifest import StepSpec
+from .params import ParamBlock
+from .rope import rope_table
+from .weights import ALIGNMENT, PackedWeights
+
+INPUT_ARGS = ("tokens", "positions", "block_tables", "context_lens", "bt_stride")
+
+
+class StepInputError(ValueError):
+    """Step inputs the package cannot serve: says which argument and why."""
+
+
+@dataclass(frozen=True)
+class _Launch:
+    name: str
+    kernel: object
+    params: ParamBlock
+    input_slots: tuple[tuple[int, str], ...]  # (parameter index, input argument)
+
+
+def _address(value) -> int:
+    return value.data_ptr() if isinstance(value, torch.Tensor) else int(value)
+
+
+def _input_values(inputs: StepInputs) -> dict[str, int]:
+    return {"tokens": inputs.tokens.data_ptr(), "positions": inputs.positions.data_ptr(),
+            "block_tables": inputs.block_tables.data_ptr(), "context_lens": inputs.context_lens.data_ptr(),
+            "bt_stride": inputs.block_tables.stride(0)}
+
+
+class _BandStep:
+    """One band's launches, buffers and input buffers."""
+
+    def __init__(self, package, spec: StepSpec, weights: PackedWeights, cache: KVCache, rope: torch.Tensor):
+        manifest, device = package.manifest, package.device
+        deployment = manifest.deployment
+        self.band = spec.band
+        programs = {p.name: p for p in manifest.programs}
+        used = {launch.program for launch in spec.launches}
+        regions = [r for name in sorted(used) for r in programs[name].regions]
+        self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
+                                   deployment["max_context"], device, rope=rope)
+        self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
+        m, rows = self.band.m, self.band.rows
+        i32 = dict(dtype=torch.int32, device=device)
+        self.own = StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32),
+                              torch.zeros(rows, self.max_blocks, **i32), torch.zeros(rows, **i32))
+        self.launches = []
+        for index, launch in enumerate(spec.launches):
+            p = programs[launch.program]
+            names = [a.name for a in p.args]
+            values = self.buffers.args(names, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
+            params = ParamBlock([a.type for a in p.args], [_address(v) for v in values])
+            slots = tuple((j, n) for j, n in enumerate(names) if n in INPUT_ARGS)
+            self.launches.append(_Launch(p.name, package.kernels[p.name], params, slots))
+        self._bound = _input_values(self.own)
+
+    def prepare(self, tokens, positions, block_tables, context_lens, device) -> StepInputs:
+        """The inputs the programs read: the caller's tensors in place, or copies padded to the band."""
+        rows = context_lens.shape[0]
+        given = StepInputs(tokens, positions, block_tables, context_lens)
+        in_place = rows == self.band.rows and all(
+            t.dtype == torch.int32 and t.device == device and t.stride(-1) == 1 and t.data_ptr() % ALIGNMENT == 0
+            for t in (tokens, positions, block_tables, context_lens))
+        if in_place:
+            return given
+        if block_tables.shape[1] > self.max_blocks:
+            raise StepInputError(f"block_tables: {block_tables.shape[1]} blocks per row; the package's max_context "
+                                 f"allows {self.max_blocks}")
+        m = tokens.shape[0]
+        own = self.own
+        own.tokens[:m].copy_(tokens, non_blocking=True)
+        own.positions[:m].copy_(positions, non_blocking=True)
+        own.block_tables[:rows, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
+        own.context_lens[:rows].copy_(context_lens, non_blocking=True)
+        if rows < self.band.rows:  # padding rows: context 0 (dead), token 0 (a valid id)
+            own.context_lens[rows:].zero_()
+            own.tokens[m:].zero_()
+            own.positions[m:].zero_()
+        return own
+
+    def run(self, inputs: StepInputs, stream: int) -> None:
+        values = _input_values(inputs)
+        if values != self._bound:
+            for launch in self.launches:
+                for slot, name in launch.input_slots:
+                    launch.params[slot] = values[name]
+            self._bound = values
+        for launch in self.launches:
+            launch.kernel.launch(stream, launch.params.address)
+
+
+class DecodeStep:
+    """``step(input_ids, positions, block_tables, context_lens)`` → next ids (greedy head) or logits.
+
+    ``input_ids`` and ``positions`` are [rows·tokens] (token j of row b at b·tokens + j),
+    ``block_tables`` [rows, blocks], ``context_lens`` [rows] (the context including this step's
+    tokens; 0 marks a padding row), all int32 on the package's device. The returned tensor is a
+    view of the step's output buffer, overwritten by the next step of the same band.
+    """
+
+    def __init__(self, package, weights: PackedWeights, cache: KVCache, mode: str):
+        self.package, self.mode, self.weights, self.kv_cache = package, mode, weights, cache
+        deployment = package.manifest.deployment
+        rope = rope_table(package.geometry, deployment["max_context"], package.device)
+        specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
+        self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
+        self.greedy = deployment["head"] == "ids"
+        self._thread = threading.get_ident()
+        self._last: tuple[_BandStep, int] | None = None
+
+    @property
+    def bands(self) -> tuple[tuple[int, int], ...]:
+        return tuple((b.band.rows, b.band.tokens) for b in self._bands)
+
+    def band_for(self, rows: int, tokens: int) -> _BandStep:
+        for b in self._bands:
+            if b.band.tokens == tokens and b.band.rows >= rows:
+                return b
+        served = ", ".join(f"{r}×{t}" for r, t in self.bands)
+        raise StepInputError(f"{rows} rows × {tokens} tokens: no band serves it (the package serves rows × tokens "
+                             f"up to {served})")
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor) -> torch.Tensor:
+        device = self.package.device
+        for name, t, dims in (("input_ids", input_ids, 1), ("positions", positions, 1),
+                              ("block_tables", block_tables, 2), ("context_lens", context_lens, 1)):
+            if not isinstance(t, torch.Tensor) or t.dim() != dims:
+                raise StepInputError(f"{name}: expected a {dims}-D tensor")
+            if t.device != device:
+                raise StepInputError(f"{name}: on {t.device}; the step takes tensors on {device} (no host copies)")
+            if t.dtype not in (torch.int32, torch.int64):
+                raise StepInputError(f"{name}: expected int32, got {t.dtype}")
+        rows = context_lens.shape[0]
+        if rows == 0 or input_ids.shape[0] % rows or positions.shape != input_ids.shape or block_tables.shape[0] != rows:
+            raise StepInputError(f"input_ids {list(input_ids.shape)}, positions {list(positions.shape)}, block_tables "
+                                 f"{list(block_tables.shape)} and context_lens {list(context_lens.shape)} do not agree "
+                                 "on rows × tokens")
+        tokens = input_ids.shape[0] // rows
+        band = self.band_for(rows, tokens)
+        if threading.get_ident() != self._thread:
+            self.package.make_current()
+            self._thread = threading.get_ident()
+        inputs = band.prepare(input_ids, positions, block_tables, context_lens, device)
+        band.run(inputs, torch.cuda.current_stream(device).cuda_stream)
+        m = rows * tokens
+        self._last = (band, m)
+        return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]
+
+    @property
+    def logits(self) -> torch.Tensor:
+        """The last step's fp32 logits [rows·tokens, vocab] (the head writes them in both head modes)."""
+        if self._last is None:
+            raise RuntimeError("no step has run yet")
+        band, m = self._last
+        return band.buffers.logits[:m]

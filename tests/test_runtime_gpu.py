@@ -1,0 +1,201 @@
+"""The thin runtime on a GPU: packages compiled on a CPU machine, loaded and run with torch + the driver.
+
+Marked ``gpu``; skipped without a CUDA device or without packages. Point
+``MONOBUILD_TEST_PACKAGES`` at a directory holding ``llama-3.2-1b-sm_90/sm_90`` (compiled
+elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``).
+
+Each step is checked against the float64 reference over the same weights and caches. The bound
+on its logits' error is stated relative to the framework's own bf16 error (the same reference
+computed in bf16): at most 1.5× it. Outputs are poisoned before each run.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+PACKAGES = os.environ.get("MONOBUILD_TEST_PACKAGES")
+NUM_BLOCKS = 640
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+if not PACKAGES or not (Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90" / "manifest.json").exists():
+    pytest.skip("MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-sm_90/sm_90", allow_module_level=True)
+
+from monobuild import runtime  # noqa: E402
+from monobuild.bench.cases import random_case, random_kv_cache, random_state_dict  # noqa: E402
+from monobuild.runtime.reference import reference_step  # noqa: E402
+
+LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
+
+
+@pytest.fixture(scope="module")
+def llama():
+    pkg = runtime.load(LLAMA)
+    weights = pkg.bind_weights(random_state_dict(pkg, seed=1))
+    return pkg, weights
+
+
+def _contexts(rows: int, tokens: int, seed: int, dead: bool) -> list[int]:
+    gen = torch.Generator().manual_seed(seed)
+    ctx = torch.randint(tokens + 1, 1024, (rows,), generator=gen).tolist()
+    if dead and rows > 1:
+        ctx[rows // 2] = 0
+    return ctx
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("rows,tokens", [(1, 1), (3, 1), (8, 1), (1, 6)])
+def test_step_matches_reference(llama, mode, rows, tokens):
+    pkg, weights = llama
+    seed = 100 * rows + tokens
+    cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
+    case = random_case(pkg, _contexts(rows, tokens, seed, dead=True), tokens, NUM_BLOCKS, seed)
+    before = [t.clone() for t in cache.k + cache.v]
+    ref_k, ref_v = [t.clone() for t in cache.k], [t.clone() for t in cache.v]
+    bf_k, bf_v = [t.clone() for t in cache.k], [t.clone() for t in cache.v]
+    step = pkg.bind(weights, cache, mode)
+    band = step.band_for(rows, tokens)
+    band.buffers.logits.fill_(float("nan"))
+    band.buffers.next_ids.fill_(-1)
+
+    i = case.inputs
+    ids = step(i.tokens, i.positions, i.block_tables, i.context_lens)
+    logits = step.logits.clone()
+    g = pkg.geometry
+    ref = reference_step(g, weights, ref_k, ref_v, i.tokens, i.positions, i.block_tables, i.context_lens, tokens)
+    bf16 = reference_step(g, weights, bf_k, bf_v, i.tokens, i.positions, i.block_tables, i.context_lens, tokens,
+                          compute_dtype=torch.bfloat16)
+
+    assert not torch.isnan(logits).any(), "logits left unwritten"
+    ours, framework = _rel(logits, ref), _rel(bf16, ref)
+    print(f"{mode} {rows}x{tokens}: ours {ours:.2e}, bf16 framework {framework:.2e}")
+    assert ours <= 1.5 * framework
+    # Greedy ids agree wherever the reference's top-2 margin exceeds either implementation's error.
+    top2 = ref.topk(2, dim=-1).values
+    margin = top2[:, 0] - top2[:, 1]
+    err = torch.maximum((logits.double() - ref).abs().amax(-1), (bf16.double() - ref).abs().amax(-1))
+    decided = margin > err
+    assert torch.equal(ids.long()[decided], ref.argmax(-1)[decided])
+    # KV: the live rows' new entries match the reference's; nothing else in the cache changed.
+    for got, want, old in zip(cache.k + cache.v, ref_k + ref_v, before):
+        changed = want != old
+        assert changed.any()
+        assert torch.equal(got[~changed], old[~changed]), "the step wrote outside the live rows' new slots"
+        assert _rel(got[changed], want[changed]) < 1e-2
+
+
+def test_staged_and_persistent_agree(llama):
+    pkg, weights = llama
+    results = []
+    for mode in ("persistent", "staged"):
+        cache = random_kv_cache(pkg, NUM_BLOCKS, 7)
+        case = random_case(pkg, _contexts(4, 1, 7, dead=False), 1, NUM_BLOCKS, 7)
+        step = pkg.bind(weights, cache, mode)
+        i = case.inputs
+        step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        results.append(step.logits.clone())
+    assert _rel(results[0], results[1]) < 1e-5
+
+
+def test_cuda_graph_replay_matches_eager(llama):
+    """Capture one step; replays with new inputs written in place match eager steps on the same state."""
+    pkg, weights = llama
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 11)
+    snapshot = [t.clone() for t in cache.k + cache.v]
+    step = pkg.bind(weights, cache, "persistent")
+    cases = [random_case(pkg, _contexts(2, 1, s, dead=False), 1, NUM_BLOCKS, s) for s in (11, 12)]
+    static = random_case(pkg, _contexts(2, 1, 11, dead=False), 1, NUM_BLOCKS, 11).inputs
+
+    def restore():
+        for t, s in zip(cache.k + cache.v, snapshot):
+            t.copy_(s)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(static.tokens, static.positions, static.block_tables, static.context_lens)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(static.tokens, static.positions, static.block_tables, static.context_lens)
+    for case in cases:
+        i = case.inputs
+        restore()
+        step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        eager = step.logits.clone()
+        restore()
+        for dst, src in zip((static.tokens, static.positions, static.block_tables, static.context_lens),
+                            (i.tokens, i.positions, i.block_tables, i.context_lens)):
+            dst.copy_(src)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(step.logits, eager)
+
+
+def test_step_allocates_nothing_and_never_syncs(llama):
+    pkg, weights = llama
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 13)
+    step = pkg.bind(weights, cache, "persistent")
+    for rows in (8, 3):  # in place (a band's shape) and copied into the band's padded inputs
+        i = random_case(pkg, _contexts(rows, 1, 13, dead=False), 1, NUM_BLOCKS, 13).inputs
+        step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_stats()["allocation.all.allocated"]
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            for _ in range(3):
+                step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert torch.cuda.memory_stats()["allocation.all.allocated"] == before
+
+
+def test_bad_step_inputs_are_refused(llama):
+    pkg, weights = llama
+    step = pkg.bind(weights, random_kv_cache(pkg, 64, 5), "persistent")
+    i = random_case(pkg, [40, 50], 1, 64, 5).inputs
+    with pytest.raises(runtime.StepInputError, match="no band serves"):
+        step(i.tokens.repeat(5), i.positions.repeat(5), i.block_tables.repeat(5, 1), i.context_lens.repeat(5))
+    with pytest.raises(runtime.StepInputError, match="input_ids: on cpu"):
+        step(i.tokens.cpu(), i.positions, i.block_tables, i.context_lens)
+    with pytest.raises(runtime.StepInputError, match="do not agree"):
+        step(i.tokens[:1], i.positions, i.block_tables, i.context_lens)
+
+
+def test_runtime_runs_without_the_compiler(tmp_path):
+    """Load, bind and step with triton, llvmlite, flydsl and monobuild.compiler unimportable."""
+    script = textwrap.dedent(f"""
+        import sys
+        BLOCKED = ("triton", "llvmlite", "flydsl", "monobuild.compiler")
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                    raise ImportError(f"{{name}} is blocked")
+        sys.meta_path.insert(0, Block())
+        import torch
+        from monobuild import runtime
+        from monobuild.bench.cases import random_case, random_kv_cache, random_state_dict
+        pkg = runtime.load({str(LLAMA)!r})
+        step = pkg.bind(random_state_dict(pkg, 3), random_kv_cache(pkg, 64, 3))
+        i = random_case(pkg, [100], 1, 64, 3).inputs
+        ids = step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        torch.cuda.synchronize()
+        assert not any(m.split(".")[0] in ("triton", "llvmlite", "flydsl") for m in sys.modules)
+        assert "monobuild.compiler" not in sys.modules
+        print("ok", int(ids[0]))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("ok")

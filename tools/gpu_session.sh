@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One device-machine session: install the checkout (no deps: the GPU image brings torch,
+# cuda-bindings, transformers), then the GPU tests, the transformers check and the bench over
+# packages compiled on the CPU machine. Usage: tools/gpu_session.sh PACKAGES_DIR STAGES...
+# Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>]. Logs go to $OUT.
+set -u
+PKGS=$1; shift
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 MONOBUILD_TEST_PACKAGES=$PKGS
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv > "$OUT/device.txt" 2>&1
+python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/install.log" 2>&1 || { cat "$OUT/install.log"; exit 1; }
+python3 -c "import torch, cuda.bindings, transformers; print(torch.__version__, cuda.bindings.__version__, transformers.__version__)" | tee -a "$OUT/device.txt"
+for stage in "$@"; do
+  IFS=: read -r kind a b c <<< "$stage"
+  echo "=== $stage"
+  case $kind in
+    tests) timeout 420 python3 -m pytest -q -m gpu tests/test_runtime_gpu.py -x -s 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    check) timeout 560 python3 tools/transformers_check.py --packages "$PKGS" --models "$a" --rows "$b" --steps "$c" \
+             --json "$OUT/check-${a//,/_}.json" 2>&1 | tee "$OUT/check-${a//,/_}.log" | grep -v Warning | tail -20 ;;
+    bench) timeout 560 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band $c} \
+             2> "$OUT/bench-$a.err" | tee "$OUT/bench-$a.txt"; tail -3 "$OUT/bench-$a.err" ;;
+  esac
+done

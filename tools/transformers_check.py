@@ -1,0 +1,148 @@
+"""Correctness on a GPU against transformers: a package's decode steps vs the HF model, step by step.
+
+For each model: a random-weight transformers model built from the recipe's config.json (nothing
+downloaded) in bf16, and the same weights in float32 as the reference. Each row's prompt is
+prefilled by both; the bf16 model's cache is copied into the paged KV cache; then every step
+feeds all three the reference's greedy token (teacher forcing, so their logits stay comparable)
+and compares:
+
+- logits: ‖ours − ref‖ / ‖ref‖ ≤ 1.5 × ‖bf16 transformers − ref‖ / ‖ref‖, per step;
+- greedy ids: equal to the reference's wherever its top-2 margin exceeds the largest absolute
+  logit error of either bf16 implementation at that step.
+
+Both program modes run side by side (each with its own KV cache). Usage::
+
+    python tools/transformers_check.py --packages DIR [--models llama-3.2-1b,qwen3-0.6b] [--steps 128]
+        [--rows 1,5,8] [--max-context 4096] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from monobuild import runtime
+from monobuild.bench.cases import random_state_dict
+from monobuild.bench.hf import batched_cache, fill_paged, hf_model, prefill
+
+REPO = Path(__file__).resolve().parent.parent
+RATIO_BOUND = 1.5
+
+
+def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context: int, seed: int) -> dict:
+    pkg = runtime.load(package_dir)
+    sd = random_state_dict(pkg, seed)
+    config_json = REPO / "recipes" / "configs" / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
+    bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device)
+    ref = hf_model(config_json, sd, torch.float32, pkg.device)
+    bs, vocab = pkg.block_size, pkg.geometry["vocab"]
+    result = {"package": str(package_dir), "modes": list(pkg.modes), "runs": []}
+    gen = torch.Generator().manual_seed(seed)
+    for rows in rows_list:
+        t0 = time.time()
+        lengths = torch.randint(16, max_context - steps, (rows,), generator=gen).tolist()
+        lengths[0] = max_context - steps  # one row reaches max_context
+        prompts = [torch.randint(0, vocab, (n,), generator=gen).to(pkg.device) for n in lengths]
+        pages = -(-max_context // bs)
+        tables = torch.randperm(rows * pages, generator=gen).view(rows, pages).to(torch.int32).to(pkg.device)
+        with torch.no_grad():
+            bf_caches, _ = prefill(bf16, prompts)
+            ref_caches, ref_last = prefill(ref, prompts)
+            steps_by_mode, kv_by_mode = {}, {}
+            for mode in pkg.modes:
+                kv_by_mode[mode] = pkg.allocate_kv_cache(rows * pages)
+                fill_paged(kv_by_mode[mode], bf_caches, tables, bs)
+                steps_by_mode[mode] = pkg.bind(bf16.state_dict(), kv_by_mode[mode], mode)
+            bf_cache, bf_mask = batched_cache(bf_caches, lengths)
+            ref_cache, ref_mask = batched_cache(ref_caches, lengths)
+            del bf_caches, ref_caches
+            token = ref_last.argmax(-1)
+            base = torch.tensor(lengths, device=pkg.device)
+            per_step = []
+            for t in range(steps):
+                pos = base + t
+                one = torch.ones(rows, 1, dtype=torch.long, device=pkg.device)
+                bf_mask, ref_mask = torch.cat([bf_mask, one], 1), torch.cat([ref_mask, one], 1)
+                kwargs = dict(input_ids=token[:, None], position_ids=pos[:, None], use_cache=True)
+                ref_logits = ref(**kwargs, attention_mask=ref_mask, past_key_values=ref_cache).logits[:, 0].double()
+                bf_logits = bf16(**kwargs, attention_mask=bf_mask, past_key_values=bf_cache).logits[:, 0].double()
+                record = {"step": t, "context": [int(c) + 1 for c in pos.tolist()]}
+                bf_err = (bf_logits - ref_logits).norm() / ref_logits.norm()
+                record["bf16_rel_err"] = bf_err.item()
+                top2 = ref_logits.topk(2, -1).values
+                margin = top2[:, 0] - top2[:, 1]
+                want = ref_logits.argmax(-1)
+                for mode, step in steps_by_mode.items():
+                    ids = step(token.to(torch.int32), pos.to(torch.int32), tables, (pos + 1).to(torch.int32))
+                    ours = step.logits.double()
+                    err = (ours - ref_logits).norm() / ref_logits.norm()
+                    worst = torch.maximum((ours - ref_logits).abs().amax(-1), (bf_logits - ref_logits).abs().amax(-1))
+                    decided = margin > worst
+                    record[mode] = {"rel_err": err.item(), "ratio": (err / bf_err).item(),
+                                    "ids_decided": int(decided.sum()),
+                                    "ids_wrong": int((ids.long() != want)[decided].sum())}
+                per_step.append(record)
+                token = want
+        run = summarize(rows, lengths, per_step, pkg.modes)
+        run["seconds"] = round(time.time() - t0, 1)
+        result["runs"].append(run)
+        print_run(pkg.manifest.recipe, run)
+        del steps_by_mode, kv_by_mode, bf_cache, ref_cache
+        torch.cuda.empty_cache()
+    return result
+
+
+def summarize(rows: int, lengths: list[int], per_step: list[dict], modes) -> dict:
+    run = {"rows": rows, "prompt_lengths": lengths, "steps": len(per_step),
+           "max_context": max(max(r["context"]) for r in per_step),
+           "bf16_rel_err_max": max(r["bf16_rel_err"] for r in per_step), "modes": {}, "per_step": per_step}
+    for mode in modes:
+        ratios = [r[mode]["ratio"] for r in per_step]
+        run["modes"][mode] = {
+            "rel_err_max": max(r[mode]["rel_err"] for r in per_step), "ratio_max": max(ratios),
+            "ratio_median": sorted(ratios)[len(ratios) // 2],
+            "ids_decided": sum(r[mode]["ids_decided"] for r in per_step),
+            "ids_wrong": sum(r[mode]["ids_wrong"] for r in per_step),
+            "pass": max(ratios) <= RATIO_BOUND and all(r[mode]["ids_wrong"] == 0 for r in per_step),
+        }
+    return run
+
+
+def print_run(recipe: str, run: dict) -> None:
+    for mode, m in run["modes"].items():
+        print(f"{recipe:22} rows {run['rows']} ctx≤{run['max_context']:5} {mode:10} "
+              f"err max {m['rel_err_max']:.2e} (bf16 HF {run['bf16_rel_err_max']:.2e}) "
+              f"ratio max {m['ratio_max']:.2f} median {m['ratio_median']:.2f} "
+              f"ids {m['ids_decided'] - m['ids_wrong']}/{m['ids_decided']} decided equal  "
+              f"{'PASS' if m['pass'] else 'FAIL'}  ({run['seconds']} s)", flush=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--packages", type=Path, required=True, help="directory holding <recipe>/sm_90 packages")
+    ap.add_argument("--models", default="llama-3.2-1b,qwen3-0.6b,qwen3-8b")
+    ap.add_argument("--rows", default="1,5,8")
+    ap.add_argument("--steps", type=int, default=128)
+    ap.add_argument("--max-context", type=int, default=4096)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float32, not tf32
+    results = []
+    for model in args.models.split(","):
+        results.append(check_model(args.packages / f"{model}-sm_90" / "sm_90", [int(r) for r in args.rows.split(",")],
+                                   args.steps, args.max_context, args.seed))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    ok = all(m["pass"] for r in results for run in r["runs"] for m in run["modes"].values())
+    print("ALL PASS" if ok else "SOME FAILED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
