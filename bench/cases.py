@@ -62,3 +62,17 @@ def random_case(package, contexts: list[int], tokens_per_row: int, num_blocks: i
     inputs = StepInputs(ids.to(dev), positions.to(dev), tables.to(dev),
                         torch.tensor(contexts, dtype=torch.int32, device=dev))
     return DecodeCase(inputs, tokens_per_row)
+
+
+def poison_past_context(caches, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int) -> None:
+    """NaN into every slot of each live row's last page past its context (after this step's tokens).
+
+    A serving engine's cache holds stale or never-written values there; a program that loads them
+    into its arithmetic (NaN × a zero softmax weight is NaN) shows up as NaN logits.
+    """
+    for b, ctx in enumerate(context_lens.tolist()):
+        if ctx == 0 or ctx % block_size == 0:
+            continue
+        block = int(block_tables[b, ctx // block_size])
+        for t in caches:
+            t[block, ctx % block_size:] = float("nan")

@@ -244,6 +244,7 @@ class Planner:
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": min(entry.block_k, next_pow2(g.hidden)),
+            "W_STAGES": entry.weight_stages,
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -264,7 +265,7 @@ class Planner:
                         Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
         cx = {**self._common(band), "H": g.hidden, "V": g.vocab, "M": band.m, "BN": bn,
               "BK": min(entry.block_k, next_pow2(g.hidden)), "TILES_P": next_pow2(tiles),
-              "GREEDY": d.head == "ids"}
+              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages}
         full_grid = d.sm_count * entry.ctas_per_sm
         return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
 

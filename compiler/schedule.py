@@ -25,9 +25,12 @@ class ScheduleEntry:
     head_block_n: int
     embed_block: int
     max_splits: int
+    weight_stages: int = 1
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
+_OPTIONAL = {"weight_stages"}  # defaults to 1 (the register double-buffer)
+_ANY_POSITIVE = {"weight_stages"}  # a pipeline depth need not be a power of two
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 
 
@@ -51,11 +54,13 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     unknown = sorted(set(values) - _KEYS)
     if unknown:
         raise InputError(src, f"{field}.{unknown[0]}", f"unknown key (known: {', '.join(sorted(_KEYS))})")
-    missing = sorted(_KEYS - set(values))
+    missing = sorted(_KEYS - _OPTIONAL - set(values))
     if missing and not partial:
         raise InputError(src, f"{field}.{missing[0]}", "missing")
     for key, value in values.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1 or value & (value - 1):
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise InputError(src, f"{field}.{key}", f"expected a positive integer, got {value!r}")
+        if key not in _ANY_POSITIVE and value & (value - 1):
             raise InputError(src, f"{field}.{key}", f"expected a power of two, got {value!r}")
     return values
 

@@ -88,7 +88,7 @@ class CudaKernel:
         if stream != self._stream:
             self._launch_config.hStream = self._driver.CUstream(stream)
             self._stream = stream
-        err, = self._driver.cuLaunchKernelEx(self._launch_config, self.function, params_address, None)
+        err, = self._driver.cuLaunchKernelEx(self._launch_config, self.function, params_address, 0)
         if err != self._driver.CUresult.CUDA_SUCCESS:
             _, text = self._driver.cuGetErrorName(err)
             raise DriverError(f"launch of {self.symbol} failed: {text.decode() if text else int(err)}")

@@ -2,7 +2,8 @@
 # One device-machine session: install the checkout (no deps: the GPU image brings torch,
 # cuda-bindings, transformers), then the GPU tests, the transformers check and the bench over
 # packages compiled on the CPU machine. Usage: tools/gpu_session.sh PACKAGES_DIR STAGES...
-# Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>]. Logs go to $OUT.
+# Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>], sweep:<context>
+# (schedule variants under gpu_sweep/, compiled by hand). Logs go to $OUT.
 set -u
 PKGS=$1; shift
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -14,10 +15,12 @@ for stage in "$@"; do
   IFS=: read -r kind a b c <<< "$stage"
   echo "=== $stage"
   case $kind in
-    tests) timeout 420 python3 -m pytest -q -m gpu tests/test_runtime_gpu.py -x -s 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
-    check) timeout 560 python3 tools/transformers_check.py --packages "$PKGS" --models "$a" --rows "$b" --steps "$c" \
+    tests) timeout 300 python3 -m pytest -q -m gpu tests/test_runtime_gpu.py -x -s 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
+    check) timeout 200 python3 tools/transformers_check.py --packages "$PKGS" --models "$a" --rows "$b" --steps "$c" \
              --json "$OUT/check-${a//,/_}.json" 2>&1 | tee "$OUT/check-${a//,/_}.log" | grep -v Warning | tail -20 ;;
-    bench) timeout 560 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band $c} \
+    bench) timeout 150 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
              2> "$OUT/bench-$a.err" | tee "$OUT/bench-$a.txt"; tail -3 "$OUT/bench-$a.err" ;;
+    sweep) for v in "$PKGS"/../gpu_sweep/*/; do echo "--- $v"; timeout 120 python3 -m monobuild.cli.main bench "$v"*/sm_90 \
+             --no-baseline --iters 50 --context "$a" 2>/dev/null | tee -a "$OUT/sweep.txt" | tail -n +3; done ;;
   esac
 done

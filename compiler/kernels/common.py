@@ -84,24 +84,36 @@ def mm(a, b_t, DOT_IEEE: tl.constexpr):
 @triton.jit
 def gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first,
          M: tl.constexpr, K: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
-         NORM: tl.constexpr, DOT_IEEE: tl.constexpr):
+         NORM: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
     """acc[ROWS_P, len(rows)] = x̂[:M, :K] @ W[rows, :K]ᵀ in fp32.
 
     x is an fp32 activation; with NORM, x̂ = x · rstd · norm_weight (RMSNorm fused in), cast to
-    the weight dtype before the product. ``w_first`` is the first weight chunk, loaded by the
-    caller (before a sync wait, where there is one); each iteration loads the next chunk before
-    it multiplies the current one, so a weight load is always in flight.
+    the weight dtype before the product. With W_STAGES == 1, ``w_first`` is the first weight chunk,
+    loaded by the caller (before a sync wait, where there is one), and each iteration loads the
+    next chunk before it multiplies the current one. With W_STAGES > 1, Triton's software pipeliner
+    keeps W_STAGES - 1 weight chunks in flight through shared memory (``w_first`` is unused).
     """
     r = tl.arange(0, ROWS_P)
-    w = w_first
     acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
-    for k0 in range(0, K, BK):
-        w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < K), k0 + BK, K, BK)
-        k = k0 + tl.arange(0, BK)
-        x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
-        if NORM:
-            g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-            x = x * rstd[:, None] * g[None, :]
-        acc += mm(x.to(w.dtype), w, DOT_IEEE)
-        w = w_next
+    if W_STAGES == 1:
+        w = w_first
+        for k0 in range(0, K, BK):
+            w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < K), k0 + BK, K, BK)
+            acc += mm(_x_chunk(x_ptr, rstd, norm_ptr, r, k0, M, K, BK, NORM).to(w.dtype), w, DOT_IEEE)
+            w = w_next
+    else:
+        for k0 in tl.range(0, K, BK, num_stages=W_STAGES):
+            w = load_w_chunk(w_ptr, rows, row_mask, k0, K, BK)
+            acc += mm(_x_chunk(x_ptr, rstd, norm_ptr, r, k0, M, K, BK, NORM).to(w.dtype), w, DOT_IEEE)
     return acc
+
+
+@triton.jit
+def _x_chunk(x_ptr, rstd, norm_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr):
+    """Columns [k0, k0 + BK) of the activation, RMSNorm'd when NORM."""
+    k = k0 + tl.arange(0, BK)
+    x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
+    if NORM:
+        g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+        x = x * rstd[:, None] * g[None, :]
+    return x

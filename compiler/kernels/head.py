@@ -31,6 +31,7 @@ def head_kernel(
     H: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
+    W_STAGES: tl.constexpr,
 ):
     """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring)."""
     TILES: tl.constexpr = (V + BN - 1) // BN
@@ -39,7 +40,7 @@ def head_kernel(
     r = tl.arange(0, ROWS_P)
     if FIRST <= 0 and LAST >= 0:
         gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, V, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE)
+                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE, W_STAGES)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
             tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
             n = tl.arange(0, BN)

@@ -109,10 +109,13 @@ def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_c
     for p in range(s * per_split, tl.minimum(s * per_split + per_split, pages)):
         block = tl.load(block_tables_ptr + b * bt_stride + p).to(tl.int64)
         slot = (block * BS + t) * NKV + h
-        k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :])
-        v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :])
+        # A page's slots past the context hold whatever the cache held (stale or never written,
+        # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
+        in_context = p * BS + t < cached
+        k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
         scores = mm(q, k, DOT_IEEE)
-        scores = tl.where((p * BS + t < cached)[None, :], scores, float("-inf"))
+        scores = tl.where(in_context[None, :], scores, float("-inf"))
         m_i, l_i, acc = _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
 
     if s == SPLITS - 1:  # the last split also attends to the step's own tokens, causally
@@ -168,7 +171,8 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
                N: tl.constexpr, K: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
                BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
                NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-               GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr):
+               GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr,
+               W_STAGES: tl.constexpr):
     """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
 
     x̂ is RMSNorm(x) when NORM. GATED tiles hold BN gate rows interleaved with BN up rows, so
@@ -180,7 +184,10 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
     j = tl.arange(0, WROWS)
     r = tl.arange(0, ROWS_P)
     rows, row_mask = _tile_rows(pid, j, BN, N, GATED, INTER)
-    w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+    if W_STAGES == 1:
+        w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+    else:  # the pipelined loop loads its own chunks; this placeholder is dead code
+        w_first = tl.zeros([WROWS, BK], w_ptr.dtype.element_ty)
     if WAIT == 1:
         wait(wait_ptr, target)
     elif WAIT == 2:
@@ -191,7 +198,7 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
         rstd = tl.full([ROWS_P], 1.0, tl.float32)
     for tile in range(pid, tl.cdiv(N, BN), G):
         rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
-        acc = gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first, M, K, ROWS_P, BK, NORM, DOT_IEEE)
+        acc = gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first, M, K, ROWS_P, BK, NORM, DOT_IEEE, W_STAGES)
         n = tile * BN + tl.arange(0, BN)
         out_mask = (r[:, None] < M) & (n[None, :] < N)
         if GATED:
@@ -204,8 +211,9 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
         if HAS_RESIDUAL:
             out += load_act(residual_ptr + r[:, None] * N + n[None, :], out_mask)
         tl.store(out_ptr + r[:, None] * N + n[None, :], out, mask=out_mask)
-        rows, row_mask = _tile_rows(tile + G, j, BN, N, GATED, INTER)
-        w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+        if W_STAGES == 1:
+            rows, row_mask = _tile_rows(tile + G, j, BN, N, GATED, INTER)
+            w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
 
 
 @triton.jit
@@ -217,7 +225,7 @@ def layer_kernel(
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
     SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
-    FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
+    FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring)."""
     M: tl.constexpr = ROWS * TOKENS
@@ -229,7 +237,7 @@ def layer_kernel(
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
         gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, NQKV, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE)
+                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE, W_STAGES)
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters + 0)
@@ -251,16 +259,16 @@ def layer_kernel(
             signal(counters + 2)
     if FIRST <= 3 and LAST >= 3:
         gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, H, NQ * D, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE)
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)
         if PERSISTENT:
             signal(counters + 3)
     if FIRST <= 4 and LAST >= 4:
         gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, INTER, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE)
+                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)
         if PERSISTENT:
             signal(counters + 4)
     if FIRST <= 5 and LAST >= 5:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, H, INTER, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE)
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)

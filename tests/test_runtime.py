@@ -1,0 +1,248 @@
+"""The thin runtime on CPU: its import boundary, load refusals, weight / checkpoint / KV cache binding
+errors, parameter blocks and the roofline bytes. What needs a GPU is in test_runtime_gpu.py."""
+
+import ctypes
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from monobuild.bench.roofline import step_bytes
+from monobuild.cli.main import main
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
+from monobuild.runtime import (
+    CheckpointError,
+    DeviceRefused,
+    KVCacheError,
+    PackageError,
+    SafetensorsCheckpoint,
+    WeightError,
+    load,
+    read_manifest,
+)
+from monobuild.runtime.kvcache import KVCache, allocate_kv_cache, as_kv_cache
+from monobuild.runtime.package import DeviceInfo, Package, check_device
+from monobuild.runtime.params import ParamBlock
+from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
+
+
+@pytest.fixture(scope="module")
+def tiny_package(tmp_path_factory):
+    """The tiny Llama recipe compiled for sm_90 (4 SMs, bands 1 and 2, both modes)."""
+    from .conftest import DATA
+
+    root = tmp_path_factory.mktemp("rt")
+    (root / "tiny-llama.json").write_text((DATA / "tiny-llama.json").read_text())
+    recipe = root / "tiny.yaml"
+    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
+                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
+                                       str(root / "cache"), "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    return recipe, root / "out" / "tiny" / "sm_90"
+
+
+@pytest.fixture
+def geometry(tiny_package):
+    return read_manifest(tiny_package[1]).geometry
+
+
+def test_runtime_imports_and_reads_a_package_without_the_compiler(tiny_package):
+    """With triton, llvmlite, flydsl and monobuild.compiler unimportable, the runtime imports, reads
+    the manifest and, on a machine without a GPU, refuses to load with that reason."""
+    script = textwrap.dedent(f"""
+        import sys
+        BLOCKED = ("triton", "llvmlite", "flydsl", "monobuild.compiler")
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if any(name == b or name.startswith(b + ".") for b in BLOCKED):
+                    raise ImportError(f"{{name}} is blocked")
+        sys.meta_path.insert(0, Block())
+        from monobuild import runtime
+        manifest = runtime.read_manifest({str(tiny_package[1])!r})
+        try:
+            runtime.load({str(tiny_package[1])!r})
+        except runtime.DeviceRefused as e:
+            print("refused:", e)
+        assert not [m for m in sys.modules if m.split(".")[0] in ("triton", "llvmlite", "flydsl")]
+        assert "monobuild.compiler" not in sys.modules
+        print(manifest.recipe, len(manifest.programs))
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "refused:" in out.stdout and "no GPU is visible" in out.stdout
+    assert "tiny " in out.stdout
+
+
+def test_load_refuses_without_a_gpu(tiny_package):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(DeviceRefused, match="no GPU is visible to torch"):
+        load(tiny_package[1])
+
+
+def test_a_device_the_package_was_not_planned_for_is_refused(tiny_package):
+    manifest = read_manifest(tiny_package[1])
+    check_device(manifest, DeviceInfo("NVIDIA H200", "sm_90", 4))
+    with pytest.raises(DeviceRefused, match=r"compiled for sm_90; this device \(MI300X\) is gfx942: .*--target gfx942"):
+        check_device(manifest, DeviceInfo("MI300X", "gfx942", 4))
+    with pytest.raises(DeviceRefused, match=r"planned for 4 SMs; this device \(NVIDIA H100\) has 132: set sm_count: 132"):
+        check_device(manifest, DeviceInfo("NVIDIA H100", "sm_90", 132))
+
+
+def test_bad_package_directories_are_named(tmp_path, tiny_package):
+    with pytest.raises(PackageError, match="manifest.json: not found"):
+        read_manifest(tmp_path)
+    (tmp_path / "manifest.json").write_text("{not json")
+    with pytest.raises(PackageError, match="malformed JSON at line 1"):
+        read_manifest(tmp_path)
+    doc = json.loads((tiny_package[1] / "manifest.json").read_text())
+    (tmp_path / "manifest.json").write_text(json.dumps({**doc, "format": 99}))
+    with pytest.raises(PackageError, match="format 99"):
+        read_manifest(tmp_path)
+    del doc["programs"][0]["grid"]
+    (tmp_path / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(PackageError, match="missing or malformed field 'grid'"):
+        read_manifest(tmp_path)
+
+
+def test_bench_without_a_gpu_is_one_line_and_exit_2(tiny_package):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    result = CliRunner().invoke(main, ["bench", str(tiny_package[1])])
+    assert result.exit_code == 2
+    assert result.output.count("\n") == 1 and "no GPU is visible" in result.output
+
+
+def _state_dict(geometry, seed=0):
+    return random_hf_state_dict(geometry, torch.bfloat16, torch.Generator().manual_seed(seed))
+
+
+def test_weights_are_used_in_place_where_the_layout_allows(geometry):
+    sd = _state_dict(geometry)
+    packed = pack_hf_state_dict(sd, geometry, torch.bfloat16)
+    layer = packed.layers[1]
+    assert layer.w_o.data_ptr() == sd["model.layers.1.self_attn.o_proj.weight"].data_ptr()
+    assert layer.w_down.data_ptr() == sd["model.layers.1.mlp.down_proj.weight"].data_ptr()
+    assert packed.w_head.data_ptr() == sd["model.embed_tokens.weight"].data_ptr()  # tied
+    q, k, v = (sd[f"model.layers.1.self_attn.{n}_proj.weight"] for n in "qkv")
+    assert torch.equal(layer.w_qkv, torch.cat([q, k, v]))
+
+
+def test_misaligned_or_strided_weights_are_copied_once(geometry):
+    sd = _state_dict(geometry)
+    name = "model.layers.0.self_attn.o_proj.weight"
+    w = sd[name]
+    backing = torch.empty(w.numel() + 1, dtype=w.dtype)
+    backing[1:] = w.flatten()
+    sd[name] = backing[1:].view(w.shape)  # 2 bytes off a 16-byte boundary
+    packed = pack_hf_state_dict(sd, geometry, torch.bfloat16)
+    assert packed.layers[0].w_o.data_ptr() % 16 == 0
+    assert torch.equal(packed.layers[0].w_o, w)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda sd: sd.pop("model.layers.1.mlp.up_proj.weight"),
+     r"model.layers.1.mlp.up_proj.weight: missing \(expected \[512, 256\] torch.bfloat16\)"),
+    (lambda sd: sd.__setitem__("model.norm.weight", torch.ones(255, dtype=torch.bfloat16)),
+     r"model.norm.weight: expected \[256\] torch.bfloat16, got \[255\] torch.bfloat16"),
+    (lambda sd: sd.__setitem__("model.embed_tokens.weight", torch.ones(512, 256)),
+     r"model.embed_tokens.weight: expected \[512, 256\] torch.bfloat16, got \[512, 256\] torch.float32"),
+])
+def test_a_missing_or_misshaped_weight_is_named(geometry, edit, message):
+    sd = _state_dict(geometry)
+    edit(sd)
+    with pytest.raises(WeightError, match=message):
+        pack_hf_state_dict(sd, geometry, torch.bfloat16)
+
+
+def test_a_safetensors_checkpoint_binds_like_its_state_dict(tmp_path, tiny_package, geometry):
+    from safetensors.torch import save_file
+
+    sd = _state_dict(geometry, seed=3)
+    names = sorted(sd)
+    half = len(names) // 2
+    ckpt = tmp_path / "ckpt"
+    ckpt.mkdir()
+    save_file({n: sd[n] for n in names[:half]}, ckpt / "model-00001-of-00002.safetensors")
+    save_file({n: sd[n] for n in names[half:]}, ckpt / "model-00002-of-00002.safetensors")
+    assert set(SafetensorsCheckpoint(ckpt)) == set(sd)
+
+    pkg = Package(tiny_package[1], read_manifest(tiny_package[1]), torch.device("cpu"), {})
+    from_file, direct = pkg.bind_weights(ckpt), pack_hf_state_dict(sd, geometry, torch.bfloat16)
+    for a, b in zip(from_file.layers, direct.layers):
+        assert torch.equal(a.w_qkv, b.w_qkv) and torch.equal(a.w_gate_up, b.w_gate_up) and torch.equal(a.w_o, b.w_o)
+    assert torch.equal(from_file.embed, direct.embed)
+
+
+def test_a_broken_checkpoint_is_named(tmp_path):
+    with pytest.raises(CheckpointError, match="no .safetensors files"):
+        SafetensorsCheckpoint(tmp_path)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes((20).to_bytes(8, "little") + b"{not a json header!}")
+    with pytest.raises(CheckpointError, match="bad.safetensors: malformed safetensors header"):
+        SafetensorsCheckpoint(bad)
+    header = json.dumps({"w": {"dtype": "BF16", "shape": [4, 4], "data_offsets": [0, 32]}}).encode()
+    short = tmp_path / "short.safetensors"
+    short.write_bytes(len(header).to_bytes(8, "little") + header + b"\0" * 16)  # 16 of 32 bytes
+    with pytest.raises(CheckpointError, match="w's byte range does not match its shape"):
+        SafetensorsCheckpoint(short)["w"]
+
+
+def test_kv_caches_in_vllm_layouts_bind_in_place(geometry):
+    layers, shape = geometry["layers"], (10, 16, geometry["kv_heads"], geometry["head_dim"])
+    ours = allocate_kv_cache(geometry, 16, torch.bfloat16, 10, "cpu")
+    assert as_kv_cache(ours, geometry, 16, torch.bfloat16, "cpu") == ours
+    vllm = [torch.zeros((2, *shape), dtype=torch.bfloat16) for _ in range(layers)]
+    bound = as_kv_cache(vllm, geometry, 16, torch.bfloat16, "cpu")
+    assert bound.k[1].data_ptr() == vllm[1][0].data_ptr() and bound.v[1].data_ptr() == vllm[1][1].data_ptr()
+    pairs = [(torch.zeros(shape, dtype=torch.bfloat16), torch.zeros(shape, dtype=torch.bfloat16))
+             for _ in range(layers)]
+    assert as_kv_cache(pairs, geometry, 16, torch.bfloat16, "cpu").v[0] is pairs[0][1]
+
+
+def test_kv_caches_that_do_not_fit_are_named(geometry):
+    layers, shape = geometry["layers"], (10, 16, geometry["kv_heads"], geometry["head_dim"])
+
+    def cache(make):
+        return KVCache(tuple(make() for _ in range(layers)), tuple(make() for _ in range(layers)))
+
+    with pytest.raises(KVCacheError, match=f"1 layers, the package has {layers}"):
+        as_kv_cache(KVCache((torch.zeros(shape),), (torch.zeros(shape),)), geometry, 16, torch.bfloat16, "cpu")
+    with pytest.raises(KVCacheError, match=r"layer 0 K: expected \[10, 16, 2, 32\] torch.bfloat16, got \[10, 8, 2, 32\]"):
+        as_kv_cache(cache(lambda: torch.zeros(10, 8, *shape[2:], dtype=torch.bfloat16)), geometry, 16,
+                    torch.bfloat16, "cpu")
+    with pytest.raises(KVCacheError, match="got .* torch.float32"):
+        as_kv_cache(cache(lambda: torch.zeros(shape)), geometry, 16, torch.bfloat16, "cpu")
+    strided = cache(lambda: torch.zeros(10, 16, shape[3], shape[2], dtype=torch.bfloat16).transpose(2, 3))
+    with pytest.raises(KVCacheError, match="must be contiguous"):
+        as_kv_cache(strided, geometry, 16, torch.bfloat16, "cpu")
+    with pytest.raises(KVCacheError, match="expected a KVCache"):
+        as_kv_cache("cache", geometry, 16, torch.bfloat16, "cpu")
+
+
+def test_param_blocks_hold_each_argument_then_two_null_pointers():
+    block = ParamBlock(["*bf16", "i32", "*i64"], [0x7F0000001000, -5, 0x7F0000002000])
+    assert len(block) == 5
+    pointers = (ctypes.c_void_p * 5).from_address(block.address)
+    assert ctypes.c_uint64.from_address(pointers[0]).value == 0x7F0000001000
+    assert ctypes.c_int32.from_address(pointers[1]).value == -5
+    assert [ctypes.c_uint64.from_address(pointers[i]).value for i in (3, 4)] == [0, 0]
+    block[1] = 4096
+    assert ctypes.c_int32.from_address(pointers[1]).value == 4096
+    with pytest.raises(ValueError, match="2 parameter types for 1 values"):
+        ParamBlock(["*bf16", "i32"], [1])
+
+
+@pytest.mark.parametrize("context", [1, 1024, 200])
+def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, context):
+    recipe, package = tiny_package
+    plan, manifest = plan_recipe(load_recipe(recipe)), read_manifest(package)
+    for band in load_recipe(recipe).deployment.bands:
+        spec = next(s.band for s in manifest.steps if (s.band.rows, s.band.tokens) == (band.rows, band.tokens))
+        assert step_bytes(manifest, spec, context) == plan.step_bytes(band, context)
