@@ -20,6 +20,7 @@ for stage in "$@"; do
              --json "$OUT/check-${a//,/_}.json" 2>&1 | tee "$OUT/check-${a//,/_}.log" | grep -v Warning | tail -20 ;;
     bench) timeout 150 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
              2> "$OUT/bench-$a.err" | tee "$OUT/bench-$a.txt"; tail -3 "$OUT/bench-$a.err" ;;
+    stages) for b in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$b" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
     sweep) for v in "$PKGS"/../gpu_sweep/*/; do echo "--- $v"; timeout 120 python3 -m monobuild.cli.main bench "$v"*/sm_90 \
              --no-baseline --iters 50 --context "$a" 2>/dev/null | tee -a "$OUT/sweep.txt" | tail -n +3; done ;;
   esac
