@@ -1,4 +1,4 @@
-"""The ``monobuild`` command: compile, plan, inspect.
+"""The ``monobuild`` command: compile, plan, inspect, check, bench.
 
 Bad input (a missing or malformed file, an unknown family, an unserved deployment) prints one
 line naming the file and field and exits 2, before anything is written.
@@ -77,7 +77,8 @@ class _progress:
         if self.bar is None:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, desc=self.label, unit="program", file=sys.stderr, leave=False)
+            # disable=None: no bar when stderr is not a terminal (CI logs)
+            self.bar = tqdm(total=total, desc=self.label, unit="program", file=sys.stderr, leave=False, disable=None)
         self.bar.set_postfix_str(name, refresh=False)
         self.bar.update(1)
 
@@ -118,6 +119,50 @@ def inspect(package, as_json):
 
     manifest = read_manifest(package)
     click.echo(json.dumps(inspect_json(manifest), indent=1) if as_json else inspect_text(manifest))
+
+
+@main.command()
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
+              help="Parallel compile processes (for recipes).")
+@click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
+              help="Code-object cache for recipes (default: $MONOBUILD_CACHE_DIR or ~/.cache/monobuild).")
+@_one_line_errors
+def check(paths, as_json, jobs, cache_dir):
+    """Verify the memory-model contracts of PATHS (packages, or recipes compiled first), on CPU.
+
+    Exit 0 when every contract holds, 1 when one is violated (one line each: program, place,
+    contract, why), 2 for bad input.
+    """
+    import tempfile
+
+    from ..compiler.build import build
+    from ..compiler.contracts.check import check_package
+    from ..compiler.env import default_cache_dir
+    from ..compiler.recipe import load_recipe
+
+    recipes = {path: load_recipe(path) for path in paths if not path.is_dir()}  # validate all first
+    reports = []
+    with tempfile.TemporaryDirectory(prefix="monobuild-check-") as tmp:
+        for path in paths:
+            if path in recipes:
+                recipe = recipes[path]
+                with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:
+                    package = build(recipe, Path(tmp), cache_dir or default_cache_dir(), jobs, progress=report).package
+            else:
+                package = path
+            with _progress(f"check {package}") as report:
+                reports.append(check_package(package, progress=report))
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in reports], indent=1))
+    else:
+        for r in reports:
+            for v in r.violations:
+                click.echo(v.line())
+            verdict = "every contract holds" if r.ok else f"{len(r.violations)} violation(s)"
+            click.echo(f"{r.recipe} ({r.target}): {r.programs} programs checked, {verdict}")
+    sys.exit(0 if all(r.ok for r in reports) else 1)
 
 
 def _int_list(ctx, param, value: str) -> tuple[int, ...]:

@@ -31,6 +31,9 @@ class Region:
     shape: tuple[int, ...]
     writer: str | None  # the stage that writes it; None: written before the launch
     readers: tuple[str, ...]
+    # Why a reader in the writer's own stage needs no sync edge (checked by contract C1): the
+    # reads and writes touch disjoint elements, or each CTA reads back only what it wrote.
+    same_stage: str | None = None
 
     @property
     def nbytes(self) -> int:
@@ -151,13 +154,18 @@ def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry) -> tuple[Stage,
     return tuple(out)
 
 
+_KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
+                "below that, and the step's own K/V come from qkv")
+_CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
+
+
 def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str) -> tuple[Region, ...]:
     m, h, d = band.m, g.hidden, g.head_dim
     return (
         Region("x_in", "io", "fp32", (m, h), None, ("qkv", "o")),
         Region("qkv", "scratch", "fp32", (m, g.qkv_rows), "qkv", ("attn",)),
-        Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",)),
-        Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",)),
+        Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
+        Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("part_acc", "scratch", "fp32", (m, g.q_heads, splits, d), "attn", ("combine",)),
         Region("part_ml", "scratch", "fp32", (m, g.q_heads, splits, 2), "attn", ("combine",)),
         Region("attn_out", "scratch", "fp32", (m, g.q_heads * d), "combine", ("o",)),
@@ -256,7 +264,8 @@ class Planner:
         stages = [Stage(0, "logits", tiles, f"RMSNorm(x) · W_head rows (tiles of {bn}), fp32 logits",
                         g.vocab * g.hidden * self.w + g.hidden * self.w, 0, band.m * g.vocab * 4)]
         regions = [Region("x_in", "io", "fp32", (band.m, g.hidden), None, ("logits",)),
-                   Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else ())]
+                   Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else (),
+                          _CTA_LOCAL if d.head == "ids" else None)]
         if d.head == "ids":
             stages.append(Stage(1, "argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0,
                                 band.m * 4))

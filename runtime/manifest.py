@@ -46,6 +46,7 @@ class RegionSpec:
     shape: tuple[int, ...]
     writer: str | None
     readers: tuple[str, ...]
+    same_stage: str | None = None  # why a same-stage reader needs no sync (see compiler/plan.py)
 
     @property
     def nbytes(self) -> int:
@@ -145,7 +146,7 @@ def _program(d: dict) -> ProgramSpec:
         grid=d["grid"], block=d["block"], shared_bytes=d["shared_bytes"], launch_pdl=d["launch"]["pdl"],
         launch_cooperative=d["launch"]["cooperative"], stages=tuple(StageSpec(**s) for s in d["stages"]),
         regions=tuple(RegionSpec(r["name"], r["kind"], r["dtype"], tuple(r["shape"]), r["writer"],
-                                 tuple(r["readers"])) for r in d["regions"]),
+                                 tuple(r["readers"]), r.get("same_stage")) for r in d["regions"]),
         syncs=tuple(SyncSpec(s["counter"], s["producer"], s["consumer"], tuple(s["regions"]),
                              s["signals_per_epoch"]) for s in d["syncs"]),
         constexprs=tuple(sorted(d["constexprs"].items())), resources=ResourceSpec(**d["resources"]),

@@ -1,0 +1,217 @@
+"""The IR contracts on gfx942 / gfx950, read from a program's LLVM IR with llvmlite.
+
+On AMD, Triton's atomics stay LLVM instructions: a signal is ``atomicrmw add`` on a pointer
+derived from the ``counters`` argument, a wait read is an ``atomicrmw`` of 0 (or an atomic load)
+inside a loop (a strongly connected part of the control-flow graph), and the CTA barrier is
+``@llvm.amdgcn.s.barrier``. llvmlite parses and verifies the module; the instructions' text gives
+the names the dataflow follows (unnamed values have no other stable handle in llvmlite).
+
+What is not checked here (docs/contracts.md): C4's per-store guard and C2's PDL wait (no PDL on
+AMD) are sm_90-only IR checks.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ...runtime.manifest import ProgramSpec
+from .violations import Violation
+
+_NAME = re.compile(r"%[\w.]+")
+_RESULT = re.compile(r"^\s*(%[\w.]+)\s*=")
+_LABEL = re.compile(r"^([\w.]+):")
+_STRONG = ('syncscope("agent")', "syncscope(\"\")")
+
+
+@dataclass(frozen=True)
+class _Instr:
+    block: str
+    index: int  # within the function
+    text: str
+
+    @property
+    def result(self) -> str | None:
+        m = _RESULT.match(self.text)
+        return m.group(1) if m else None
+
+    @property
+    def opcode(self) -> str:
+        body = self.text.split("=", 1)[1] if self.result else self.text
+        return body.split()[0]
+
+
+class LlvmFunction:
+    """The kernel function of a Triton llir module: blocks, CFG, loops and pointer dataflow."""
+
+    def __init__(self, text: str):
+        import llvmlite.binding as llvm
+
+        module = llvm.parse_assembly(text)
+        module.verify()
+        fn = next(f for f in module.functions if not f.is_declaration)
+        self.args = [f"%{i}" for i in range(len(list(fn.arguments)))]
+        self.blocks: list[str] = []
+        self.instrs: list[_Instr] = []
+        self.succ: dict[str, list[str]] = {}
+        for n, block in enumerate(fn.blocks):
+            first = str(block).lstrip("\n").split("\n", 1)[0]
+            label = _LABEL.match(first)
+            name = "%" + label.group(1) if label else f"%entry{n}"
+            self.blocks.append(name)
+            for ins in block.instructions:
+                self.instrs.append(_Instr(name, len(self.instrs), str(ins).strip()))
+            last = self.instrs[-1].text
+            self.succ[name] = re.findall(r"label (%[\w.]+)", last) if last.startswith(("br", "switch")) else []
+        self.pred: dict[str, list[str]] = {b: [] for b in self.blocks}
+        for b, targets in self.succ.items():
+            for t in targets:
+                self.pred.setdefault(t, []).append(b)
+        self.loop_of = _loops(self.blocks, self.succ)
+        self.sources = self._pointer_sources()
+
+    def _pointer_sources(self) -> dict[str, frozenset[int]]:
+        table: dict[str, set[int]] = {a: {i} for i, a in enumerate(self.args)}
+        changed = True
+        while changed:
+            changed = False
+            for ins in self.instrs:
+                res = ins.result
+                if res is None or ins.opcode in ("load", "atomicrmw", "cmpxchg", "call", "icmp", "fcmp"):
+                    continue
+                body = ins.text.split("=", 1)[1]
+                srcs = set().union(*(table.get(n, set()) for n in _NAME.findall(body)))
+                if not srcs <= table.setdefault(res, set()):
+                    table[res] |= srcs
+                    changed = True
+        return {k: frozenset(v) for k, v in table.items()}
+
+    def pointer_params(self, ins: _Instr) -> frozenset[int]:
+        """Arguments the instruction's pointer operand derives from."""
+        m = re.search(r"ptr(?: addrspace\(\d+\))? (%[\w.]+)", ins.text.split("=", 1)[-1])
+        return self.sources.get(m.group(1), frozenset()) if m else frozenset()
+
+
+def _loops(blocks: list[str], succ: dict[str, list[str]]) -> dict[str, int]:
+    """Block → id of its loop (a strongly connected component that cycles), by Tarjan's algorithm."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on: set[str] = set()
+    out: dict[str, int] = {}
+    counter = [0]
+
+    def visit(v: str) -> None:
+        work = [(v, iter(succ.get(v, ())))]
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        while work:
+            node, it = work[-1]
+            for w in it:
+                if w not in index:
+                    index[w] = low[w] = counter[0]
+                    counter[0] += 1
+                    stack.append(w)
+                    on.add(w)
+                    work.append((w, iter(succ.get(w, ()))))
+                    break
+                if w in on:
+                    low[node] = min(low[node], index[w])
+            else:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    if len(comp) > 1 or node in succ.get(node, ()):
+                        for w in comp:
+                            out[w] = index[node]
+
+    for b in blocks:
+        if b not in index:
+            visit(b)
+    return out
+
+
+def _site(ins: _Instr) -> str:
+    return f"llir block {ins.block}"
+
+
+def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
+    names = [a.name for a in p.args]
+    out: list[Violation] = []
+    counters = names.index("counters") if "counters" in names else None
+    signals, wait_loops = [], set()
+    for ins in fn.instrs:
+        atomic = ins.opcode == "atomicrmw" or ins.opcode == "load" and " atomic " in ins.text
+        if counters is None or not atomic or counters not in fn.pointer_params(ins):
+            continue
+        scoped = any(s in ins.text for s in _STRONG)
+        is_add = ins.text.split("=", 1)[1].split()[1] == "add" if ins.opcode == "atomicrmw" else False
+        read_only = " acquire" in ins.text and "acq_rel" not in ins.text or not is_add
+        if not read_only:
+            signals.append(ins)
+            if not ("release" in ins.text or "acq_rel" in ins.text) or not scoped:
+                out.append(Violation(p.name, _site(ins), "I1", "the signal is not a release at agent scope, so a "
+                                                               "consumer that sees the count may not see the stores"))
+            if not _barrier_before(fn, ins):
+                out.append(Violation(p.name, _site(ins), "I1", "no CTA barrier (s_barrier) between the CTA's "
+                                                               "stores and the signal"))
+        elif ins.block in fn.loop_of:
+            wait_loops.add(fn.loop_of[ins.block])
+            if not ("acquire" in ins.text or "acq_rel" in ins.text) or not scoped:
+                out.append(Violation(p.name, _site(ins), "I2", "a wait loop reads the counter without an acquire at "
+                                                               "agent scope"))
+    for what, found in (("signal sites", len(signals)), ("wait loops", len(wait_loops))):
+        if found != len(p.syncs):
+            out.append(Violation(p.name, "llir", "I4", f"{found} {what} in the code, {len(p.syncs)} sync edges in "
+                                                       "the plan"))
+    out += _check_loads(p, fn)
+    return out
+
+
+def _barrier_before(fn: LlvmFunction, ins: _Instr) -> bool:
+    """A barrier on every path from the CTA's last global store to the signal (looking back through
+    the signal's block and, if needed, its predecessors' tails)."""
+
+    def scan(block: str, before: int | None, depth: int) -> bool:
+        body = [i for i in fn.instrs if i.block == block and (before is None or i.index < before)]
+        for prev in reversed(body):
+            if "@llvm.amdgcn.s.barrier" in prev.text:
+                return True
+            if prev.opcode in ("store", "atomicrmw") and "addrspace(1)" in prev.text:
+                return False
+        preds = fn.pred.get(block, [])
+        return depth < 2 and bool(preds) and all(scan(b, None, depth + 1) for b in preds)
+
+    return scan(ins.block, ins.index, 0)
+
+
+def _check_loads(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
+    """I3 on gfx9: loads of regions other CTAs write in this launch are vector loads from global
+    memory (after the acquire's cache invalidation), never scalar/invariant loads that the K$
+    would serve stale."""
+    if len(p.stages) < 2:
+        return []
+    stages = {s.name for s in p.stages}
+    names = [a.name for a in p.args]
+    regions = {names.index(r.name): r.name for r in p.regions
+               if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names}
+    out = []
+    for ins in fn.instrs:
+        if ins.opcode != "load" and "buffer.load" not in ins.text:
+            continue
+        hit = sorted(regions[k] for k in fn.pointer_params(ins) if k in regions)
+        if hit and ("!invariant.load" in ins.text or "addrspace(4)" in ins.text or "s.buffer.load" in ins.text):
+            out.append(Violation(p.name, _site(ins), "I3",
+                                 f"an invariant/scalar load of {', '.join(hit)}, which another CTA writes in this "
+                                 "launch: the scalar cache is not invalidated by the wait's acquire"))
+    return out

@@ -1,0 +1,85 @@
+"""Check a package (or a recipe, compiled through the cache first) against every contract.
+
+Residency is recomputed from the code objects themselves (cuobjdump's resource report on a
+cubin; the metadata in the AMDGCN text), not taken from the manifest, so a manifest that
+misreports a program is caught too.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ...runtime.manifest import Manifest, ProgramSpec, read_manifest
+from ..errors import InputError
+from ..resources import amd_resources, nvidia_resources
+from ..targets import TARGETS
+from .plan_rules import plan_violations
+from .violations import Violation
+
+
+@dataclass(frozen=True)
+class PackageReport:
+    package: str
+    recipe: str
+    target: str
+    programs: int
+    violations: tuple[Violation, ...]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_json(self) -> dict:
+        return {"package": self.package, "recipe": self.recipe, "target": self.target, "programs": self.programs,
+                "ok": self.ok, "violations": [v.to_json() for v in self.violations]}
+
+
+def _ir_text(package: Path, p: ProgramSpec, kind: str) -> str:
+    rel = dict(p.ir).get(kind)
+    if rel is None:
+        raise InputError(str(package / "manifest.json"), f"programs[{p.name}].ir.{kind}", "missing")
+    try:
+        return (package / rel).read_text()
+    except FileNotFoundError:
+        raise InputError(str(package / rel), None, f"missing (the {kind} of {p.name})") from None
+
+
+def _ctas_per_unit(package: Path, manifest: Manifest, p: ProgramSpec) -> int:
+    target = TARGETS[manifest.target]
+    if target.is_nvidia:
+        code = package / p.code
+        try:
+            cubin = code.read_bytes()
+        except FileNotFoundError:
+            raise InputError(str(code), None, f"missing (the code object of {p.name})") from None
+        return nvidia_resources(cubin, p.shared_bytes, p.block, target).ctas_per_unit
+    return amd_resources(_ir_text(package, p, "amdgcn"), p.shared_bytes, p.block, target).ctas_per_unit
+
+
+def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Violation]:
+    found = plan_violations(manifest, p, _ctas_per_unit(package, manifest, p))
+    if TARGETS[manifest.target].is_nvidia:
+        from .nvidia import check_ptx
+        from .ptx import parse_ptx
+
+        found += check_ptx(p, parse_ptx(_ir_text(package, p, "ptx")))
+    else:
+        from .amd import LlvmFunction, check_llir
+
+        found += check_llir(p, LlvmFunction(_ir_text(package, p, "llir")))
+    return found
+
+
+def check_package(package: str | Path, progress: Callable[[int, int, str], None] | None = None) -> PackageReport:
+    package = Path(package)
+    manifest = read_manifest(package)
+    if manifest.target not in TARGETS:
+        raise InputError(str(package / "manifest.json"), "target", f"unknown target {manifest.target!r}")
+    found: list[Violation] = []
+    for n, p in enumerate(manifest.programs, 1):
+        found += check_program(package, manifest, p)
+        if progress:
+            progress(n, len(manifest.programs), p.name)
+    return PackageReport(str(package), manifest.recipe, manifest.target, len(manifest.programs), tuple(found))

@@ -1,0 +1,140 @@
+"""The plan contracts C1–C5, read off a package's manifest (stages, regions, sync edges, resources).
+
+Each sync edge is total: every CTA of the grid signals it once per step after finishing the
+producer stage, and every CTA waits for all of those signals before the consumer stage. So a
+region written in stage w and read in a later stage r is ordered exactly when an edge joins each
+consecutive pair of stages from w to r (release/acquire chains are cumulative).
+"""
+
+from __future__ import annotations
+
+from ...runtime.manifest import Manifest, ProgramSpec
+from .violations import Violation
+
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+
+
+def _chain_gaps(p: ProgramSpec, first: int, last: int) -> list[tuple[str, str]]:
+    """Consecutive stage pairs between stage indexes first and last that no sync edge joins."""
+    names = [s.name for s in p.stages]
+    joined = {(e.producer, e.consumer) for e in p.syncs}
+    return [(names[k], names[k + 1]) for k in range(first, last) if (names[k], names[k + 1]) not in joined]
+
+
+def happens_before(p: ProgramSpec) -> list[Violation]:
+    """C1: every cross-CTA read follows a wait on an edge every writer signals after its last write."""
+    out = []
+    order = {s.name: i for i, s in enumerate(p.stages)}
+    for e in p.syncs:
+        if e.signals_per_epoch != p.grid:
+            out.append(Violation(p.name, f"sync {e.producer}→{e.consumer}", "C1",
+                                 f"the wait target counts {e.signals_per_epoch} signals per epoch but all {p.grid} "
+                                 "CTAs signal: a consumer can pass before every producer has finished"))
+    for r in p.regions:
+        if r.writer not in order:
+            continue  # written before this launch: the launch boundary (or PDL's wait, C2) orders it
+        w = order[r.writer]
+        for reader in r.readers:
+            if reader not in order:
+                continue
+            i = order[reader]
+            if i == w and not r.same_stage:
+                out.append(Violation(p.name, f"region {r.name}", "C1",
+                                     f"stage {reader} reads what other CTAs of the same stage write, with no sync "
+                                     "edge between them and no declared reason (disjoint elements or CTA-local)"))
+            for a, b in _chain_gaps(p, w, i) if i > w else ():
+                out.append(Violation(p.name, f"region {r.name}", "C1",
+                                     f"written by {r.writer}, read by {reader}, but no sync edge orders {a} before "
+                                     f"{b}: {reader} may read it before every CTA has written it"))
+    return out
+
+
+def no_overwrite_in_flight(p: ProgramSpec) -> list[Violation]:
+    """C2: nothing is rewritten while a reader of its previous contents may still read it."""
+    out = []
+    seen = set()
+    for r in p.regions:
+        if r.name in seen:
+            out.append(Violation(p.name, f"region {r.name}", "C2", "declared twice: two stages write it"))
+        seen.add(r.name)
+    order = {s.name: i for i, s in enumerate(p.stages)}
+    for r in p.regions:
+        if r.writer not in order:
+            continue
+        w = order[r.writer]
+        for reader in r.readers:
+            i = order.get(reader)
+            if i is None or i >= w:
+                continue
+            for a, b in _chain_gaps(p, i, w):
+                out.append(Violation(p.name, f"region {r.name}", "C2",
+                                     f"stage {r.writer} rewrites it while stage {reader} of a slower CTA may still "
+                                     f"read the previous contents: no sync edge orders {a} before {b}"))
+    if p.launch_pdl and dict(p.constexprs).get("PDL") is not True:
+        out.append(Violation(p.name, "launch", "C2",
+                             "launched with programmatic dependent launch, so it overlaps the previous launch, but "
+                             "its code does not wait for that launch (PDL is off): it may overwrite scratch and "
+                             "activations the previous layer still reads"))
+    return out
+
+
+def residency(p: ProgramSpec, sm_count: int, ctas_per_unit: int, target: str) -> list[Violation]:
+    """C3: the grid fits co-resident; a persistent program spills nothing to local/private memory.
+
+    ``ctas_per_unit`` is recomputed from the code object, not taken from the manifest.
+    """
+    out = []
+    res = p.resources
+    why = f"{res.registers} registers, {res.shared_bytes} B shared memory, {res.threads} threads per CTA"
+    unit = "SM" if target.startswith("sm_") else "CU"
+    if ctas_per_unit == 0:
+        out.append(Violation(p.name, "launch", "C3", f"no CTA fits on an {unit} ({why})"))
+    if ctas_per_unit != res.ctas_per_unit:
+        out.append(Violation(p.name, "launch", "C3", f"the manifest says {res.ctas_per_unit} CTAs per {unit}; "
+                                                     f"the code object allows {ctas_per_unit} ({why})"))
+    if p.launch_cooperative:
+        if p.grid > ctas_per_unit * sm_count:
+            out.append(Violation(p.name, "launch", "C3",
+                                 f"grid {p.grid} exceeds the co-resident capacity {ctas_per_unit} × {sm_count} "
+                                 f"{unit}s = {ctas_per_unit * sm_count} ({why}): its CTAs would wait on CTAs that "
+                                 "never start"))
+        if res.spill_bytes or res.stack_bytes:
+            out.append(Violation(p.name, "launch", "C3",
+                                 f"a persistent program spills {res.spill_bytes} B and uses {res.stack_bytes} B of "
+                                 "stack (private memory): its state must live in registers and shared memory"))
+    return out
+
+
+def liveness(p: ProgramSpec) -> list[Violation]:
+    """C4 (plan side): a program that writes the KV cache takes the row liveness (context_lens) it
+    guards those writes with. The IR side (nvidia.py) checks each store is predicated on it."""
+    names = {a.name for a in p.args}
+    stages = {s.name for s in p.stages}
+    for r in p.regions:
+        if r.kind == "kv_cache" and r.writer in stages and "context_lens" not in names:
+            return [Violation(p.name, f"region {r.name}", "C4",
+                              "written by this program, which has no context_lens argument: it cannot tell dead "
+                              "(padding) rows from live ones")]
+    return []
+
+
+def epochs(p: ProgramSpec, manifest: Manifest) -> list[Violation]:
+    """C5: counters grow by the grid each step; they must not wrap within the declared lifetime."""
+    if not p.syncs:
+        return []
+    types = {a.name: a.type for a in p.args}
+    limit = INT64_MAX if types.get("counters") == "*i64" else INT32_MAX
+    steps = manifest.deployment.get("lifetime_steps", 0)
+    most = max(e.signals_per_epoch for e in p.syncs)
+    if (steps + 1) * most > limit:
+        return [Violation(p.name, "counters", "C5",
+                          f"{types.get('counters', '?')} counters reach {(steps + 1) * most} (lifetime {steps} steps "
+                          f"× {most} signals per step, targets one epoch ahead), past {limit}: they would wrap and "
+                          "every wait would pass at once")]
+    return []
+
+
+def plan_violations(manifest: Manifest, p: ProgramSpec, ctas_per_unit: int) -> list[Violation]:
+    return [*happens_before(p), *no_overwrite_in_flight(p),
+            *residency(p, manifest.sm_count, ctas_per_unit, manifest.target), *liveness(p), *epochs(p, manifest)]

@@ -1,0 +1,171 @@
+"""Read a Triton kernel's PTX for the contract checks: instructions, loops, and where values come from.
+
+PTX from Triton is one function of virtual registers, one instruction per line (inline asm
+included, between ``// begin inline asm`` markers). That is enough to answer, without a GPU:
+which kernel parameter an address derives from (a register's *pointer sources*), which
+parameters' *loaded values* a register depends on (for predicates: "is this store guarded by a
+value read from context_lens?"), and which instructions sit inside a loop (a label and a later
+branch back to it).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+_LABEL = re.compile(r"^\s*(\$?[\w.]+):")
+_INSTR = re.compile(r"^\s*(?:@(!?%\w+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*$")
+_REG = re.compile(r"%[\w]+")
+_PARAM = re.compile(r"\[\s*(\w+)_param_(\d+)\s*\]")
+
+
+@dataclass(frozen=True)
+class Instr:
+    index: int
+    line: int  # 1-based line in the PTX file
+    predicate: str | None  # "%p3" or "!%p3"
+    opcode: str  # "atom.global.gpu.release.add.u64"
+    operands: tuple[str, ...]
+
+    @property
+    def base(self) -> str:
+        return self.opcode.split(".", 1)[0]
+
+    def has(self, *parts: str) -> bool:
+        pieces = self.opcode.split(".")
+        return all(p in pieces for p in parts)
+
+    @property
+    def address(self) -> str | None:
+        """The register of the global memory operand ``[ %rd5 + 8 ]``, if any (for
+        ``cp.async``, the second memory operand: the first is the shared-memory destination)."""
+        memory = [op for op in self.operands if op.startswith("[")]
+        if self.base == "cp":
+            memory = memory[1:]
+        for op in memory:
+            regs = _REG.findall(op)
+            return regs[0] if regs else None
+        return None
+
+
+@dataclass
+class Ptx:
+    instrs: list[Instr]
+    labels: dict[str, int]  # label → index of the first instruction after it
+    loops: list[tuple[int, int]]  # (first, last) instruction index of each loop body
+    pointer_sources: dict[str, frozenset[int]] = field(default_factory=dict)
+    value_sources: dict[str, frozenset[int]] = field(default_factory=dict)
+
+    def in_loop(self, index: int) -> tuple[int, int] | None:
+        """The innermost loop holding instruction ``index``."""
+        holding = [lp for lp in self.loops if lp[0] <= index <= lp[1]]
+        return min(holding, key=lambda lp: lp[1] - lp[0]) if holding else None
+
+    def address_params(self, instr: Instr) -> frozenset[int]:
+        return self.pointer_sources.get(instr.address or "", frozenset())
+
+    def predicate_loads(self, instr: Instr) -> frozenset[int]:
+        """Parameters whose pointed-to values the instruction's predicate depends on."""
+        if not instr.predicate:
+            return frozenset()
+        return self.value_sources.get(instr.predicate.lstrip("!"), frozenset())
+
+
+def _split_operands(text: str) -> tuple[str, ...]:
+    out, depth, cur = [], 0, ""
+    for ch in text:
+        if ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            out.append(cur.strip())
+            cur = ""
+        else:
+            cur += ch
+    if cur.strip():
+        out.append(cur.strip())
+    return tuple(out)
+
+
+def parse_ptx(text: str) -> Ptx:
+    instrs: list[Instr] = []
+    labels: dict[str, int] = {}
+    in_body = False
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.split("//", 1)[0]
+        if not in_body:
+            in_body = line.strip() == "{"
+            continue
+        label = _LABEL.match(line)
+        if label:
+            labels[label.group(1)] = len(instrs)
+            continue
+        m = _INSTR.match(line)
+        if m:
+            instrs.append(Instr(len(instrs), lineno, m.group(1), m.group(2), _split_operands(m.group(3))))
+    loops = []
+    for ins in instrs:
+        if ins.base == "bra" and ins.operands and ins.operands[-1] in labels:
+            start = labels[ins.operands[-1]]
+            if start <= ins.index:
+                loops.append((start, ins.index))
+    ptx = Ptx(instrs, labels, loops)
+    _dataflow(ptx)
+    return ptx
+
+
+def _dataflow(ptx: Ptx) -> None:
+    """Propagate, to a fixed point, which parameters each register's value points into (pointer
+    sources) and which parameters' memory its value was computed from (value sources)."""
+    ptr: dict[str, set[int]] = {}
+    val: dict[str, set[int]] = {}
+    changed = True
+    while changed:
+        changed = False
+        for ins in ptx.instrs:
+            if not ins.operands or ins.base in ("st", "bra", "atom", "red", "cp", "bar", "ret"):
+                if ins.base == "atom" and ins.operands:  # the old value is data from memory
+                    changed |= _add(val, _dests(ins.operands[0]), _pointees(ins, ptr))
+                continue
+            dests = _dests(ins.operands[0])
+            sources = ins.operands[1:]
+            if ins.base == "ld" and ins.has("param"):
+                p = _PARAM.search(ins.operands[-1])
+                if p:
+                    changed |= _add(ptr, dests, {int(p.group(2))})
+                continue
+            if ins.base == "ld":
+                changed |= _add(val, dests, _pointees(ins, ptr) | _union(val, sources))
+                continue
+            regs = [r for s in sources for r in _REG.findall(s)]
+            changed |= _add(ptr, dests, _union(ptr, regs))
+            changed |= _add(val, dests, _union(val, regs))
+    ptx.pointer_sources = {k: frozenset(v) for k, v in ptr.items()}
+    ptx.value_sources = {k: frozenset(v) for k, v in val.items()}
+
+
+def _dests(op: str) -> list[str]:
+    return _REG.findall(op)
+
+
+def _pointees(ins: Instr, ptr: dict[str, set[int]]) -> set[int]:
+    return set(ptr.get(ins.address or "", ()))
+
+
+def _union(table: dict[str, set[int]], regs) -> set[int]:
+    out: set[int] = set()
+    for r in regs:
+        for reg in _REG.findall(r) if not r.startswith("%") else [r]:
+            out |= table.get(reg, set())
+    return out
+
+
+def _add(table: dict[str, set[int]], keys: list[str], values: set[int]) -> bool:
+    grew = False
+    for k in keys:
+        cur = table.setdefault(k, set())
+        if not values <= cur:
+            cur |= values
+            grew = True
+    return grew

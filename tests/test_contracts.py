@@ -1,0 +1,244 @@
+"""`monobuild check`: the unmutated packages pass; each planted defect is caught with the right contract.
+
+The defects are planted in a copy of a compiled package: in its manifest (the plan) or in its
+emitted IR (PTX for sm_90, LLVM IR for gfx950), as a compiler bug or a careless edit would.
+"""
+
+import json
+import re
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from monobuild.cli.main import main
+from monobuild.compiler.contracts.check import check_package
+from monobuild.compiler.contracts.ptx import parse_ptx
+
+LAYER = "layer.r1t1.persistent"
+
+
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory):
+    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950."""
+    from .conftest import DATA
+
+    root = tmp_path_factory.mktemp("contracts")
+    (root / "tiny-llama.json").write_text((DATA / "tiny-llama.json").read_text())
+    recipe = root / "tiny.yaml"
+    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
+                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
+    out = {}
+    for target in ("sm_90", "gfx950"):
+        result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
+                                           str(root / "cache"), "--target", target, "--jobs", "2"])
+        assert result.exit_code == 0, result.output
+        out[target] = root / "out" / "tiny" / target
+    return out
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_unmutated_packages_pass(packages, target):
+    report = check_package(packages[target])
+    assert report.programs > 10
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+# -- mutations ---------------------------------------------------------------------------------
+
+def _manifest(pkg):
+    return json.loads((pkg / "manifest.json").read_text())
+
+
+def _edit_manifest(pkg, edit):
+    doc = _manifest(pkg)
+    edit(doc)
+    (pkg / "manifest.json").write_text(json.dumps(doc))
+
+
+def _program(doc, name=LAYER):
+    return next(p for p in doc["programs"] if p["name"] == name)
+
+
+def _region(doc, name, program=LAYER):
+    return next(r for r in _program(doc, program)["regions"] if r["name"] == name)
+
+
+def _ir(pkg, kind, program=LAYER):
+    return pkg / "ir" / f"{program}.{kind}"
+
+
+def _edit_lines(path, edit):
+    lines = path.read_text().split("\n")
+    path.write_text("\n".join(edit(lines)))
+
+
+def _instr_line(path, pick):
+    """The 0-based line of the first PTX instruction ``pick(ptx, instr, arg_names)`` selects."""
+    pkg = path.parent.parent
+    names = [a["name"] for a in _program(_manifest(pkg), path.name.rsplit(".", 1)[0])["args"]]
+    ptx = parse_ptx(path.read_text())
+    return next(i.line for i in ptx.instrs if pick(ptx, i, names)) - 1
+
+
+def _from(ptx, ins, names, arg):
+    return names.index(arg) in ptx.address_params(ins)
+
+
+def dropped_release(pkg):
+    path = _ir(pkg, "ptx")
+    path.write_text(path.read_text().replace("atom.global.gpu.release.add", "atom.global.gpu.relaxed.add", 1))
+
+
+def relaxed_wait(pkg):
+    path = _ir(pkg, "ptx")
+    path.write_text(path.read_text().replace("ld.global.gpu.acquire", "ld.global.gpu.relaxed"))
+
+
+def wrong_wait_target(pkg):
+    _edit_manifest(pkg, lambda d: _program(d)["syncs"][0].__setitem__("signals_per_epoch", _program(d)["grid"] - 1))
+
+
+def missing_cta_barrier(pkg):
+    """Delete every bar.sync between the last global store and the first signal."""
+    path = _ir(pkg, "ptx")
+    signal = _instr_line(path, lambda p, i, n: i.base == "atom" and _from(p, i, n, "counters"))
+
+    def edit(lines):
+        k = signal - 1
+        while "st.global" not in lines[k]:
+            if "bar.sync" in lines[k]:
+                lines[k] = ""
+            k -= 1
+        return lines
+
+    _edit_lines(path, edit)
+
+
+def grid_one_too_large(pkg):
+    def edit(d):
+        p = _program(d)
+        p["grid"] = p["resources"]["ctas_per_unit"] * d["sm_count"] + 1
+        for sync in p["syncs"]:  # a consistent plan for the bigger grid: only residency is wrong
+            sync["signals_per_epoch"] = p["grid"]
+
+    _edit_manifest(pkg, edit)
+
+
+def spilling_program(pkg):
+    _edit_manifest(pkg, lambda d: _program(d)["resources"].__setitem__("spill_bytes", 64))
+
+
+def misreported_occupancy(pkg):
+    _edit_manifest(pkg, lambda d: _program(d)["resources"].__setitem__("ctas_per_unit", 9))
+
+
+def read_before_sync(pkg):
+    _edit_manifest(pkg, lambda d: _program(d)["syncs"].pop(3))  # the edge o → up
+
+
+def dead_row_stores(pkg):
+    path = _ir(pkg, "ptx")
+    line = _instr_line(path, lambda p, i, n: i.base == "st" and _from(p, i, n, "k_cache"))
+    _edit_lines(path, lambda lines: [*lines[:line], re.sub(r"@!?%p\d+\s+", "", lines[line]), *lines[line + 1:]])
+
+
+def nc_load_of_scratch(pkg):
+    path = _ir(pkg, "ptx")
+    line = _instr_line(path, lambda p, i, n: i.opcode.startswith("ld.global.cg") and _from(p, i, n, "qkv"))
+    _edit_lines(path, lambda lines: [*lines[:line], lines[line].replace("ld.global.cg", "ld.global.nc"),
+                                     *lines[line + 1:]])
+
+
+def extra_wait_site(pkg):
+    """A second wait loop on the first edge's counter, right after the first signal."""
+    path = _ir(pkg, "ptx")
+    ptx = parse_ptx(path.read_text())
+    names = [a["name"] for a in _program(_manifest(pkg))["args"]]
+    signal = next(i for i in ptx.instrs if i.base == "atom" and _from(ptx, i, names, "counters"))
+    loop = ["$L__planted_wait:", f"\tld.global.gpu.acquire.b64 %rd_planted, [ {signal.address} + 0 ];",
+            "\tsetp.lt.s64 %p_planted, %rd_planted, 0;", "\t@%p_planted bra $L__planted_wait;"]
+    _edit_lines(path, lambda lines: [*lines[:signal.line], *loop, *lines[signal.line:]])
+
+
+def epochs_wrap(pkg):
+    _edit_manifest(pkg, lambda d: d["deployment"].__setitem__("lifetime_steps", 2**62))
+
+
+def pdl_without_wait(pkg):
+    path = _ir(pkg, "ptx")
+    _edit_lines(path, lambda lines: [x for x in lines if "griddepcontrol.wait" not in x])
+
+
+def overwrite_in_flight(pkg):
+    """The layer writes its output over its input (x_out = x_in, written by down) with no edge
+    ordering the input's reader o before down."""
+    def edit(d):
+        _region(d, "x_in")["writer"] = "down"
+        p = _program(d)
+        p["syncs"] = [s for s in p["syncs"] if (s["producer"], s["consumer"]) != ("up", "down")]
+
+    _edit_manifest(pkg, edit)
+
+
+def undeclared_same_stage_read(pkg):
+    _edit_manifest(pkg, lambda d: _region(d, "k_cache").__setitem__("same_stage", None))
+
+
+def amd_relaxed_signal(pkg):
+    path = _ir(pkg, "llir")
+    path.write_text(path.read_text().replace('syncscope("agent") release', 'syncscope("agent") monotonic', 1))
+
+
+def amd_relaxed_wait(pkg):
+    path = _ir(pkg, "llir")
+    path.write_text(path.read_text().replace('syncscope("agent") acquire', 'syncscope("agent") monotonic'))
+
+
+DEFECTS = [
+    ("sm_90", dropped_release, "I1", "ptx line"),
+    ("sm_90", relaxed_wait, "I2", "ptx line"),
+    ("sm_90", wrong_wait_target, "C1", "sync qkv→attn"),
+    ("sm_90", missing_cta_barrier, "I1", "ptx line"),
+    ("sm_90", grid_one_too_large, "C3", "launch"),
+    ("sm_90", spilling_program, "C3", "launch"),
+    ("sm_90", misreported_occupancy, "C3", "launch"),
+    ("sm_90", read_before_sync, "C1", "region x1"),
+    ("sm_90", dead_row_stores, "C4", "ptx line"),
+    ("sm_90", nc_load_of_scratch, "I3", "ptx line"),
+    ("sm_90", extra_wait_site, "I4", "ptx"),
+    ("sm_90", epochs_wrap, "C5", "counters"),
+    ("sm_90", pdl_without_wait, "C2", "ptx"),
+    ("sm_90", overwrite_in_flight, "C2", "region x_in"),
+    ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
+    ("gfx950", amd_relaxed_signal, "I1", "llir block"),
+    ("gfx950", amd_relaxed_wait, "I2", "llir block"),
+]
+
+
+@pytest.mark.parametrize("target,plant,contract,where", DEFECTS, ids=[d[1].__name__ for d in DEFECTS])
+def test_each_planted_defect_is_caught(packages, tmp_path, target, plant, contract, where):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(packages[target], pkg)
+    plant(pkg)
+    report = check_package(pkg)
+    caught = [v for v in report.violations if v.contract == contract and v.program == LAYER and v.where.startswith(where)]
+    assert caught, "\n".join(v.line() for v in report.violations) or "no violation reported"
+    if plant is not epochs_wrap:  # the lifetime is the deployment's: every persistent program wraps
+        assert all(v.program == LAYER for v in report.violations), "the defect leaked into other programs' reports"
+
+
+def test_check_cli_exit_codes_and_lines(packages, tmp_path):
+    ok = CliRunner().invoke(main, ["check", str(packages["sm_90"])])
+    assert ok.exit_code == 0 and "every contract holds" in ok.output
+    pkg = tmp_path / "pkg"
+    shutil.copytree(packages["sm_90"], pkg)
+    dropped_release(pkg)
+    bad = CliRunner().invoke(main, ["check", str(pkg), "--json"])
+    assert bad.exit_code == 1
+    doc = json.loads(bad.stdout)
+    assert doc[0]["violations"][0]["contract"] == "I1" and doc[0]["violations"][0]["program"] == LAYER
+    text = CliRunner().invoke(main, ["check", str(pkg)])
+    assert re.search(rf"^{re.escape(LAYER)}: ptx line \d+: I1 release signals: ", text.stdout, re.M)
+    missing = CliRunner().invoke(main, ["check", str(tmp_path / "nowhere.yaml")])
+    assert missing.exit_code == 2 and missing.output.count("\n") == 1
