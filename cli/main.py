@@ -48,14 +48,18 @@ def main():
               help="Parallel compile processes.")
 @click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
               help="Code-object cache (default: $MONOBUILD_CACHE_DIR or ~/.cache/monobuild).")
+@click.option("--debug-wait-spins", type=click.IntRange(1),
+              help="Debug build (recipe name + '-debug'): each wait gives up after N polls and the runtime "
+                   "raises WaitTimeout naming the CTA, counter and epoch, instead of hanging the GPU.")
 @_one_line_errors
-def compile(recipes, out_dir, target, jobs, cache_dir):  # noqa: A001 - the command's name
+def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins):  # noqa: A001 - the command's name
     """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
-    from ..compiler.build import build, retarget
+    from ..compiler.build import build, retarget, with_debug_waits
     from ..compiler.env import default_cache_dir
     from ..compiler.recipe import load_recipe
 
-    loaded = [retarget(load_recipe(path), target) for path in recipes]  # validate all before writing
+    # validate all before writing
+    loaded = [with_debug_waits(retarget(load_recipe(path), target), debug_wait_spins) for path in recipes]
     cache_dir = cache_dir or default_cache_dir()
     for recipe in loaded:
         with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:

@@ -39,6 +39,13 @@ def retarget(recipe: Recipe, target_name: str | None) -> Recipe:
     return replace(recipe, deployment=replace(recipe.deployment, target=TARGETS[target_name]))
 
 
+def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:
+    """The recipe's debug build (``--debug-wait-spins``): waits that give up and report."""
+    if spins is None:
+        return recipe
+    return replace(recipe, name=f"{recipe.name}-debug", deployment=replace(recipe.deployment, debug_wait_spins=spins))
+
+
 def _compile_one(args: tuple[Program, Target]) -> CodeObject:
     program, target = args
     return compile_program(program, target)

@@ -19,6 +19,7 @@ from .schedule import Schedule, ScheduleEntry, load_schedule
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 LAYER_STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 HEAD_STAGES = ("logits", "argmax")
+HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
 
 
 @dataclass(frozen=True)
@@ -219,7 +220,8 @@ class Planner:
 
     def _common(self, band: Band) -> dict:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
-                "DOT_IEEE": self.recipe.deployment.dtype == "fp32"}
+                "DOT_IEEE": self.recipe.deployment.dtype == "fp32", "WAIT_SPINS": self.recipe.deployment.debug_wait_spins,
+                "HANG_SLOTS": HANG_SLOTS}
 
     def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         d, g = self.recipe.deployment, self.recipe.geometry

@@ -57,6 +57,9 @@ class Deployment:
     head: str
     modes: tuple[str, ...]
     lifetime_steps: int
+    # Debug builds only: a wait gives up after this many polls of its counter and records which
+    # CTA waited on which counter for which target (0: wait forever, the production build).
+    debug_wait_spins: int = 0
 
 
 @dataclass(frozen=True)
@@ -70,7 +73,7 @@ class Recipe:
 
 _KNOWN_KEYS = {
     "config", "target", "sm_count", "dtype", "kv_cache", "bands", "verify", "max_context", "head",
-    "modes", "lifetime_steps",
+    "modes", "lifetime_steps", "debug_wait_spins",
 }
 
 
@@ -144,6 +147,7 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         head=_choice(src, "head", doc["head"], HEADS),
         modes=tuple(sorted(set(modes), key=MODES.index)),
         lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15)),
+        debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
     )
 
 

@@ -9,6 +9,7 @@ Imports torch and the GPU vendor's driver binding only (never Triton or the comp
 """
 
 from .checkpoint import CheckpointError, SafetensorsCheckpoint
+from .hangs import WaitTimeout
 from .kvcache import KVCache, KVCacheError
 from .manifest import PackageError, read_manifest
 from .package import DeviceRefused, Package, load
@@ -16,4 +17,5 @@ from .step import DecodeStep, StepInputError
 from .weights import WeightError
 
 __all__ = ["CheckpointError", "DecodeStep", "DeviceRefused", "KVCache", "KVCacheError", "Package", "PackageError",
-           "SafetensorsCheckpoint", "StepInputError", "WeightError", "load", "read_manifest"]
+           "SafetensorsCheckpoint", "StepInputError", "WaitTimeout", "WeightError", "load",
+           "read_manifest"]

@@ -32,7 +32,7 @@ class StepInputs:
 
 class StepBuffers:
     def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
-                 device=None, poison: bool = False, rope: torch.Tensor | None = None):
+                 device=None, poison: bool = False, rope: torch.Tensor | None = None, hang_slots: int = 0):
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         for r in regions:
             if r.kind != "scratch":
@@ -46,6 +46,7 @@ class StepBuffers:
         self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
+        self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry["layers"]
 
@@ -66,6 +67,7 @@ class StepBuffers:
             "embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head,
             "tokens": inputs.tokens, "positions": inputs.positions, "block_tables": inputs.block_tables,
             "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[launch],
+            "hang_log": self.hang_log,
         }
         if name in table:
             return table[name]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .buffers import StepBuffers, StepInputs
+from .hangs import check_hang_log
 from .kvcache import KVCache
 from .manifest import StepSpec
 from .params import ParamBlock
@@ -56,12 +57,13 @@ class _BandStep:
     def __init__(self, package, spec: StepSpec, weights: PackedWeights, cache: KVCache, rope: torch.Tensor):
         manifest, device = package.manifest, package.device
         deployment = manifest.deployment
-        self.band = spec.band
+        self.band, self.spec = spec.band, spec
         programs = {p.name: p for p in manifest.programs}
         used = {launch.program for launch in spec.launches}
         regions = [r for name in sorted(used) for r in programs[name].regions]
+        slots = max((dict(programs[n].constexprs).get("HANG_SLOTS", 0) for n in used), default=0)
         self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
-                                   deployment["max_context"], device, rope=rope)
+                                   deployment["max_context"], device, rope=rope, hang_slots=slots)
         self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
         m, rows = self.band.m, self.band.rows
         i32 = dict(dtype=torch.int32, device=device)
@@ -128,6 +130,7 @@ class DecodeStep:
         specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
         self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
         self.greedy = deployment["head"] == "ids"
+        self.debug_waits = deployment.get("debug_wait_spins", 0) > 0
         self._thread = threading.get_ident()
         self._last: tuple[_BandStep, int] | None = None
 
@@ -166,6 +169,8 @@ class DecodeStep:
             self._thread = threading.get_ident()
         inputs = band.prepare(input_ids, positions, block_tables, context_lens, device)
         band.run(inputs, torch.cuda.current_stream(device).cuda_stream)
+        if self.debug_waits:
+            check_hang_log(band.buffers.hang_log, band.buffers.counters, self.package.manifest, band.spec)
         m = rows * tokens
         self._last = (band, m)
         return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]

@@ -34,10 +34,15 @@ def packages(tmp_path_factory):
                                            str(root / "cache"), "--target", target, "--jobs", "2"])
         assert result.exit_code == 0, result.output
         out[target] = root / "out" / "tiny" / target
+    # The debug build (waits that give up and log) must keep every contract too.
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache", str(root / "cache"),
+                                       "--debug-wait-spins", "1000", "--jobs", "2"])
+    assert result.exit_code == 0, result.output
+    out["sm_90-debug"] = root / "out" / "tiny-debug" / "sm_90"
     return out
 
 
-@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+@pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug"])
 def test_unmutated_packages_pass(packages, target):
     report = check_package(packages[target])
     assert report.programs > 10

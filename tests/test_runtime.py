@@ -246,3 +246,29 @@ def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, context)
     for band in load_recipe(recipe).deployment.bands:
         spec = next(s.band for s in manifest.steps if (s.band.rows, s.band.tokens) == (band.rows, band.tokens))
         assert step_bytes(manifest, spec, context) == plan.step_bytes(band, context)
+
+
+def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
+    """The hang log's records map back to program, layer, sync edge and epoch; the log and the
+    counters are reset so the next step starts consistent."""
+    from monobuild.runtime import WaitTimeout
+    from monobuild.runtime.hangs import check_hang_log
+
+    manifest = read_manifest(tiny_package[1])
+    spec = next(s for s in manifest.steps if s.mode == "persistent" and s.band.rows == 1)
+    layer0 = next(k for k, launch in enumerate(spec.launches) if launch.layer == 0)
+    counters = torch.full((len(spec.launches), 8), 7, dtype=torch.int64)
+    log = torch.zeros(1 + 4 * 2, dtype=torch.int64)
+    check_hang_log(log, counters, manifest, spec)  # nothing recorded: no error, nothing reset
+    assert int(counters.sum()) == 7 * counters.numel()
+    address = counters.data_ptr() + (layer0 * 8 + 1) * 8
+    log[:9] = torch.tensor([5, 3, address, 16, 11, 6, address, 16, 12])
+    with pytest.raises(WaitTimeout) as raised:
+        check_hang_log(log, counters, manifest, spec)
+    text = str(raised.value)
+    assert text.startswith("5 wait(s) timed out")
+    assert ("layer.r1t1.persistent (layer 0): CTA 3 gave up waiting on counter 1 (attn→combine) for 16, last saw 11 "
+            "(5 signals missing)") in text
+    assert "… and 3 more (the log keeps 2)" in text
+    assert [r.cta for r in raised.value.records] == [3, 6]
+    assert not log.any() and not counters.any()

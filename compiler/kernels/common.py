@@ -21,16 +21,34 @@ def signal(counter_ptr):
 
 
 @triton.jit
-def wait(counter_ptr, target):
+def wait(counter_ptr, target, hang_log, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
     """Consumer side: spin on an acquire read of the counter until it reaches ``target``.
 
     ``atomic_add(ptr, 0, sem='acquire')`` folds into an acquire load (``ld.global.gpu.acquire``
     on sm_90, ``global_load … sc1; buffer_inv`` on gfx9); its result is broadcast to the CTA
     through shared memory with a barrier, so every thread's later loads are ordered after it.
+
+    Debug builds (WAIT_SPINS > 0) give up after WAIT_SPINS polls and append a record to
+    ``hang_log`` — [count, then (CTA, counter address, target, last value seen) per record] — so
+    a broken program finishes and the runtime can report it instead of hanging the GPU.
     """
     seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-    while seen < target:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    if WAIT_SPINS == 0:
+        while seen < target:
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    else:
+        spins = 0
+        while (seen < target) & (spins < WAIT_SPINS):
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            spins += 1
+        if seen < target:
+            slot = tl.atomic_add(hang_log, 1, sem="relaxed", scope="gpu")
+            if slot < HANG_SLOTS:
+                record = hang_log + 1 + slot * 4
+                tl.store(record, tl.program_id(0).to(tl.int64))
+                tl.store(record + 1, counter_ptr.to(tl.int64, bitcast=True))
+                tl.store(record + 2, target)
+                tl.store(record + 3, seen)
 
 
 @triton.jit

@@ -27,11 +27,11 @@ def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.
 
 @triton.jit
 def head_kernel(
-    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, counters,
+    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, counters, hang_log,
     H: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
-    W_STAGES: tl.constexpr,
+    W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
 ):
     """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring)."""
     TILES: tl.constexpr = (V + BN - 1) // BN
@@ -39,8 +39,9 @@ def head_kernel(
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
     if FIRST <= 0 and LAST >= 0:
-        gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, V, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE, W_STAGES)
+        gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, hang_log, V, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE,
+                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
             tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
             n = tl.arange(0, BN)
@@ -55,7 +56,7 @@ def head_kernel(
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters)
-        wait(counters, target)
+        wait(counters, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     if FIRST <= 1 and LAST >= 1:
         t = tl.arange(0, TILES_P)
         for m in range(pid, M, G):

@@ -167,12 +167,12 @@ def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, 
 
 
 @triton.jit
-def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wait_ptr, target,
+def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wait_ptr, target, hang_log,
                N: tl.constexpr, K: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
                BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
                NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr,
-               W_STAGES: tl.constexpr):
+               W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
     """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
 
     x̂ is RMSNorm(x) when NORM. GATED tiles hold BN gate rows interleaved with BN up rows, so
@@ -189,7 +189,7 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
     else:  # the pipelined loop loads its own chunks; this placeholder is dead code
         w_first = tl.zeros([WROWS, BK], w_ptr.dtype.element_ty)
     if WAIT == 1:
-        wait(wait_ptr, target)
+        wait(wait_ptr, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     elif WAIT == 2:
         tl.extra.cuda.gdc_wait()
     if NORM:
@@ -220,12 +220,13 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, counters,
+    qkv, part_acc, part_ml, attn_out, x1, h, counters, hang_log,
     H: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
     SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
+    WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring)."""
     M: tl.constexpr = ROWS * TOKENS
@@ -236,14 +237,15 @@ def layer_kernel(
     if FIRST <= 0 and LAST >= 0:
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
-        gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, NQKV, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE, W_STAGES)
+        gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, hang_log, NQKV, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE,
+                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters + 0)
     if FIRST <= 1 and LAST >= 1:
         if PERSISTENT:
-            wait(counters + 0, target)
+            wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
             _attn_task(task, qkv, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
                        context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, QP, TP,
@@ -252,23 +254,26 @@ def layer_kernel(
             signal(counters + 1)
     if FIRST <= 2 and LAST >= 2:
         if PERSISTENT:
-            wait(counters + 1, target)
+            wait(counters + 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         for task in range(pid, M * NQ, G):
             _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
         if PERSISTENT:
             signal(counters + 2)
     if FIRST <= 3 and LAST >= 3:
-        gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, H, NQ * D, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)
+        gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, hang_log, H, NQ * D, M, ROWS_P,
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE,
+                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
         if PERSISTENT:
             signal(counters + 3)
     if FIRST <= 4 and LAST >= 4:
-        gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, INTER, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)
+        gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, hang_log, INTER, H, M, ROWS_P,
+                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE,
+                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
         if PERSISTENT:
             signal(counters + 4)
     if FIRST <= 5 and LAST >= 5:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
-        gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, H, INTER, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE, W_STAGES)
+        gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, hang_log, H, INTER, M, ROWS_P,
+                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE,
+                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
