@@ -2,6 +2,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 REPO = Path(__file__).resolve().parent.parent
 RECIPES = REPO / "recipes"
@@ -25,3 +26,23 @@ def tiny_recipe(tmp_path):
         return path
 
     return write
+
+
+TINY_RECIPE = ("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
+               "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
+
+
+def compile_tiny(root: Path, *options: str) -> tuple[Path, Path]:
+    """Compile the tiny Llama recipe (4 SMs, bands 1 and 2, both modes) under ``root`` with extra
+    ``monobuild compile`` options; returns (recipe, package directory)."""
+    from monobuild.cli.main import main
+
+    shutil.copy(DATA / "tiny-llama.json", root / "tiny-llama.json")
+    recipe = root / "tiny.yaml"
+    recipe.write_text(TINY_RECIPE)
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
+                                       str(root / "cache"), "--jobs", "2", *options])
+    assert result.exit_code == 0, result.output
+    target = options[options.index("--target") + 1] if "--target" in options else "sm_90"
+    name = "tiny-debug" if "--debug-wait-spins" in options else "tiny"
+    return recipe, root / "out" / name / target

@@ -20,26 +20,13 @@ LAYER = "layer.r1t1.persistent"
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
-    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950."""
-    from .conftest import DATA
+    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950, and
+    its sm_90 debug build (waits that give up and log), which must keep every contract too."""
+    from .conftest import compile_tiny
 
     root = tmp_path_factory.mktemp("contracts")
-    (root / "tiny-llama.json").write_text((DATA / "tiny-llama.json").read_text())
-    recipe = root / "tiny.yaml"
-    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
-                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
-    out = {}
-    for target in ("sm_90", "gfx950"):
-        result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
-                                           str(root / "cache"), "--target", target, "--jobs", "2"])
-        assert result.exit_code == 0, result.output
-        out[target] = root / "out" / "tiny" / target
-    # The debug build (waits that give up and log) must keep every contract too.
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache", str(root / "cache"),
-                                       "--debug-wait-spins", "1000", "--jobs", "2"])
-    assert result.exit_code == 0, result.output
-    out["sm_90-debug"] = root / "out" / "tiny-debug" / "sm_90"
-    return out
+    return {"sm_90": compile_tiny(root)[1], "gfx950": compile_tiny(root, "--target", "gfx950")[1],
+            "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1]}
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug"])
@@ -90,14 +77,17 @@ def _from(ptx, ins, names, arg):
     return names.index(arg) in ptx.address_params(ins)
 
 
+def _replace(pkg, kind, old, new, count=-1):
+    path = _ir(pkg, kind)
+    path.write_text(path.read_text().replace(old, new, count))
+
+
 def dropped_release(pkg):
-    path = _ir(pkg, "ptx")
-    path.write_text(path.read_text().replace("atom.global.gpu.release.add", "atom.global.gpu.relaxed.add", 1))
+    _replace(pkg, "ptx", "atom.global.gpu.release.add", "atom.global.gpu.relaxed.add", 1)
 
 
 def relaxed_wait(pkg):
-    path = _ir(pkg, "ptx")
-    path.write_text(path.read_text().replace("ld.global.gpu.acquire", "ld.global.gpu.relaxed"))
+    _replace(pkg, "ptx", "ld.global.gpu.acquire", "ld.global.gpu.relaxed")
 
 
 def wrong_wait_target(pkg):
@@ -191,13 +181,11 @@ def undeclared_same_stage_read(pkg):
 
 
 def amd_relaxed_signal(pkg):
-    path = _ir(pkg, "llir")
-    path.write_text(path.read_text().replace('syncscope("agent") release', 'syncscope("agent") monotonic', 1))
+    _replace(pkg, "llir", 'syncscope("agent") release', 'syncscope("agent") monotonic', 1)
 
 
 def amd_relaxed_wait(pkg):
-    path = _ir(pkg, "llir")
-    path.write_text(path.read_text().replace('syncscope("agent") acquire', 'syncscope("agent") monotonic'))
+    _replace(pkg, "llir", 'syncscope("agent") acquire', 'syncscope("agent") monotonic')
 
 
 DEFECTS = [

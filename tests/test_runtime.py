@@ -34,17 +34,9 @@ from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
 @pytest.fixture(scope="module")
 def tiny_package(tmp_path_factory):
     """The tiny Llama recipe compiled for sm_90 (4 SMs, bands 1 and 2, both modes)."""
-    from .conftest import DATA
+    from .conftest import compile_tiny
 
-    root = tmp_path_factory.mktemp("rt")
-    (root / "tiny-llama.json").write_text((DATA / "tiny-llama.json").read_text())
-    recipe = root / "tiny.yaml"
-    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
-                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
-                                       str(root / "cache"), "--jobs", "2"])
-    assert result.exit_code == 0, result.output
-    return recipe, root / "out" / "tiny" / "sm_90"
+    return compile_tiny(tmp_path_factory.mktemp("rt"))
 
 
 @pytest.fixture

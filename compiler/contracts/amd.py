@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 
 from ...runtime.manifest import ProgramSpec
+from .plan_rules import cross_cta_params
 from .violations import Violation
 
 _NAME = re.compile(r"%[\w.]+")
@@ -199,12 +200,7 @@ def _check_loads(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
     """I3 on gfx9: loads of regions other CTAs write in this launch are vector loads from global
     memory (after the acquire's cache invalidation), never scalar/invariant loads that the K$
     would serve stale."""
-    if len(p.stages) < 2:
-        return []
-    stages = {s.name for s in p.stages}
-    names = [a.name for a in p.args]
-    regions = {names.index(r.name): r.name for r in p.regions
-               if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names}
+    regions = cross_cta_params(p)
     out = []
     for ins in fn.instrs:
         if ins.opcode != "load" and "buffer.load" not in ins.text:

@@ -9,6 +9,7 @@ from, through the register dataflow.
 from __future__ import annotations
 
 from ...runtime.manifest import ProgramSpec
+from .plan_rules import cross_cta_params
 from .ptx import Instr, Ptx
 from .violations import Violation
 
@@ -23,17 +24,6 @@ def _site(ins: Instr) -> str:
 def _is_global_memory(ins: Instr) -> bool:
     return ins.base in ("ld", "st", "atom", "red", "cp") and not ins.has("param") and not ins.has("shared") \
         or ins.base == "cp" and ins.has("async") and ins.address is not None
-
-
-def _cross_cta_params(p: ProgramSpec) -> dict[int, str]:
-    """Parameters of regions that one CTA writes and another reads within this launch."""
-    stages = {s.name for s in p.stages}
-    names = [a.name for a in p.args]
-    out = {}
-    for r in p.regions:
-        if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names:
-            out[names.index(r.name)] = r.name
-    return out
 
 
 def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
@@ -91,7 +81,7 @@ def _check_signal(p: ProgramSpec, ptx: Ptx, ins: Instr) -> list[Violation]:
 
 def _check_loads(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     """I3: loads of regions other CTAs write in this launch bypass L1 and the non-coherent path."""
-    regions = _cross_cta_params(p) if len(p.stages) > 1 else {}
+    regions = cross_cta_params(p)
     out = []
     for ins in ptx.instrs:
         if ins.base not in ("ld", "cp") or not _is_global_memory(ins):

@@ -15,6 +15,18 @@ INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 
 
+def cross_cta_params(p: ProgramSpec) -> dict[int, str]:
+    """ABI index → name of each region one CTA writes and another reads within this launch (the
+    loads I3 constrains). The KV cache is not one: a launch reads only entries earlier launches
+    wrote (its own appends are disjoint, see C1)."""
+    if len(p.stages) < 2:
+        return {}
+    stages = {s.name for s in p.stages}
+    names = [a.name for a in p.args]
+    return {names.index(r.name): r.name for r in p.regions
+            if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names}
+
+
 def _chain_gaps(p: ProgramSpec, first: int, last: int) -> list[tuple[str, str]]:
     """Consecutive stage pairs between stage indexes first and last that no sync edge joins."""
     names = [s.name for s in p.stages]
