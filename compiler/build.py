@@ -18,6 +18,7 @@ from pathlib import Path
 from .cache import CodeCache, cache_key
 from .driver import CodeObject, compile_program
 from .emit import Program, emit, emitter_digest
+from .errors import Refusal
 from .package import write_package
 from .plan import Plan, plan_recipe
 from .recipe import Recipe
@@ -49,6 +50,20 @@ def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:
 def _compile_one(args: tuple[Program, Target]) -> CodeObject:
     program, target = args
     return compile_program(program, target)
+
+
+def _refuse_unresident(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> None:
+    """A persistent grid the compiled code cannot hold co-resident would fail its cooperative
+    launch (or, without it, deadlock): refuse the deployment before a package is written."""
+    d = recipe.deployment
+    for p in plan.programs:
+        fits = codes[p.name].resources.ctas_per_unit * d.sm_count
+        if p.launch_cooperative and p.grid > fits:
+            r = codes[p.name].resources
+            raise Refusal(recipe.source, f"{p.name}: the schedule asks for {p.grid} co-resident CTAs "
+                                         f"({p.schedule.ctas_per_sm} per SM/CU) but the compiled program fits {fits} "
+                                         f"({r.registers} registers, {r.shared_bytes} B shared memory); lower "
+                                         f"ctas_per_sm or block_k in schedules/{d.target.name}.yaml")
 
 
 def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
@@ -88,5 +103,6 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
             futures = {pool.submit(_compile_one, item): key for key, item in work}
             for future in as_completed(futures):
                 finish(futures[future], future.result())
+    _refuse_unresident(recipe, plan, codes)
     package = write_package(out_dir, plan, programs, codes, keys)
     return BuildResult(package, len(programs), len(work), len(programs) - sum(len(v) for v in misses.values()))
