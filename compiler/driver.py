@@ -55,22 +55,38 @@ def _source(program: Program):
     return ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
 
 
-def compile_program(program: Program, target: Target) -> CodeObject:
+# ptxas's own register heuristic aims at more CTAs per SM than a persistent program asks for and
+# then keeps a few values in a local-memory stack frame (seen: Qwen3 layer programs at 168
+# registers, 16 B of stack). A persistent program must not touch local memory (contract C3), so
+# one that does is compiled again with the whole register file a thread may have.
+MAX_REGISTERS = 255
+
+
+def _triton_compile(program: Program, target: Target, options: dict):
     import triton
     from triton import knobs
 
     src = _source(program)
-    options = {"num_warps": program.num_warps, "launch_pdl": program.launch_pdl,
-               "launch_cooperative_grid": program.launch_cooperative}
     with tempfile.TemporaryDirectory(prefix="monobuild-triton-") as triton_cache, \
             knobs.compilation.scope(), knobs.cache.scope():
         knobs.compilation.disable_line_info = True
         knobs.cache.dir = triton_cache  # Triton's own cache stays out: ours is content-addressed
         try:
-            compiled = triton.compile(src, target=target.gpu_target(), options=options)
+            return triton.compile(src, target=target.gpu_target(), options=options)
         except Exception as e:  # the toolchain's errors come in many types; name the program
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             raise CompileError(f"{program.name} for {target.name}: {first}") from e
+
+
+def compile_program(program: Program, target: Target) -> CodeObject:
+    options = {"num_warps": program.num_warps, "launch_pdl": program.launch_pdl,
+               "launch_cooperative_grid": program.launch_cooperative}
+    compiled = _triton_compile(program, target, options)
+    if target.is_nvidia and program.launch_cooperative:
+        threads = program.num_warps * target.warp_size
+        res = nvidia_resources(compiled.asm["cubin"], compiled.metadata.shared, threads, target)
+        if res.stack_bytes or res.spill_bytes:
+            compiled = _triton_compile(program, target, {**options, "maxnreg": MAX_REGISTERS})
     md = compiled.metadata
     binary = compiled.asm["cubin" if target.is_nvidia else "hsaco"]
     threads = program.num_warps * target.warp_size

@@ -94,9 +94,11 @@ def kernel_function(name: str, module=None):
 
 
 def emitter_digest() -> str:
-    """A digest of every source the emitted code depends on (kernels and this emitter)."""
+    """A digest of every source the code objects depend on (kernels, this emitter, the driver)."""
     h = hashlib.sha256()
-    files = sorted(p for root in KERNEL_SOURCES for p in root.glob("*.py")) + [Path(__file__)]
+    # driver.py too: it chooses the compile options (e.g. the register budget of a retry).
+    files = sorted(p for root in KERNEL_SOURCES for p in root.glob("*.py")) + [Path(__file__),
+                                                                               Path(__file__).parent / "driver.py"]
     for path in files:
         h.update(path.name.encode())
         h.update(path.read_bytes())

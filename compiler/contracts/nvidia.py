@@ -113,7 +113,7 @@ def _check_kv_stores(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     out = []
     for ins in ptx.instrs:
         if ins.base in ("st", "atom", "red") and _is_global_memory(ins) and kv & ptx.address_params(ins) \
-                and lens not in ptx.predicate_loads(ins):
+                and lens not in ptx.predicate_loads(ins) and not ptx.never_executes(ins):
             out.append(Violation(p.name, _site(ins), "C4",
                                  f"`{ins.opcode}` into the KV cache is not guarded by the row's context length: a "
                                  "dead (padding) row would overwrite another request's cache"))

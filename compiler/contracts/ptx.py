@@ -64,6 +64,16 @@ class Ptx:
     def address_params(self, instr: Instr) -> frozenset[int]:
         return self.pointer_sources.get(instr.address or "", frozenset())
 
+    def never_executes(self, instr: Instr) -> bool:
+        """Guarded by a predicate that is a constant false (``mov.pred %p, 0`` as its only
+        definition): Triton emits such stores for padding lanes that a mask rules out statically."""
+        if not instr.predicate:
+            return False
+        reg = instr.predicate.lstrip("!")
+        defs = [i for i in self.instrs if i.operands and i.operands[0] == reg and i.base not in ("st", "bra")]
+        constant = "1" if instr.predicate.startswith("!") else "0"
+        return bool(defs) and all(d.opcode == "mov.pred" and d.operands[1:] == (constant,) for d in defs)
+
     def predicate_loads(self, instr: Instr) -> frozenset[int]:
         """Parameters whose pointed-to values the instruction's predicate depends on."""
         if not instr.predicate:
