@@ -180,6 +180,19 @@ def undeclared_same_stage_read(pkg):
     _edit_manifest(pkg, lambda d: _region(d, "k_cache").__setitem__("same_stage", None))
 
 
+def amd_dead_row_stores(pkg):
+    """The branch that skips a dead row's KV append taken unconditionally (`br i1 true`)."""
+    from monobuild.compiler.contracts.amd import LlvmFunction
+
+    path = _ir(pkg, "llir")
+    text = path.read_text()
+    fn = LlvmFunction(text)
+    names = [a["name"] for a in _program(_manifest(pkg))["args"]]
+    store = next(i for i in fn.instrs if i.opcode == "store" and names.index("k_cache") in fn.pointer_params(i))
+    guard = [i for i in fn.instrs if i.block == fn.pred[store.block][0]][-1].text
+    path.write_text(text.replace(guard, re.sub(r"br i1 %[\w.]+,", "br i1 true,", guard), 1))
+
+
 def amd_relaxed_signal(pkg):
     _replace(pkg, "llir", 'syncscope("agent") release', 'syncscope("agent") monotonic', 1)
 
@@ -205,6 +218,7 @@ DEFECTS = [
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),
+    ("gfx950", amd_dead_row_stores, "C4", "llir block"),
     ("gfx950", amd_relaxed_wait, "I2", "llir block"),
 ]
 

@@ -6,8 +6,9 @@ inside a loop (a strongly connected part of the control-flow graph), and the CTA
 ``@llvm.amdgcn.s.barrier``. llvmlite parses and verifies the module; the instructions' text gives
 the names the dataflow follows (unnamed values have no other stable handle in llvmlite).
 
-What is not checked here (docs/contracts.md): C4's per-store guard and C2's PDL wait (no PDL on
-AMD) are sm_90-only IR checks.
+C4's IR side is checked here as a branch: a masked store is a block entered only through a
+conditional branch whose condition depends on a value loaded from ``context_lens``. C2's PDL
+wait is sm_90 only (there is no PDL on AMD).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class LlvmFunction:
                 self.pred.setdefault(t, []).append(b)
         self.loop_of = _loops(self.blocks, self.succ)
         self.sources = self._pointer_sources()
+        self.loaded = self._value_sources()
 
     def _pointer_sources(self) -> dict[str, frozenset[int]]:
         table: dict[str, set[int]] = {a: {i} for i, a in enumerate(self.args)}
@@ -86,6 +88,40 @@ class LlvmFunction:
                     table[res] |= srcs
                     changed = True
         return {k: frozenset(v) for k, v in table.items()}
+
+    def _value_sources(self) -> dict[str, frozenset[int]]:
+        """Value → arguments whose memory it was computed from (a load's pointer arguments, then
+        whatever is computed from the loaded value)."""
+        table: dict[str, set[int]] = {}
+        changed = True
+        while changed:
+            changed = False
+            for ins in self.instrs:
+                res = ins.result
+                if res is None:
+                    continue
+                body = ins.text.split("=", 1)[1]
+                srcs = set(self.pointer_params(ins)) if ins.opcode == "load" else set()
+                srcs |= set().union(*(table.get(n, set()) for n in _NAME.findall(body)))
+                if not srcs <= table.setdefault(res, set()):
+                    table[res] |= srcs
+                    changed = True
+        return {k: frozenset(v) for k, v in table.items()}
+
+    def guarded_by(self, ins: _Instr, arg: int, depth: int = 4) -> bool:
+        """Is the instruction's block entered only through a conditional branch whose condition
+        depends on memory behind argument ``arg`` (walking up single-predecessor chains)?"""
+        block = ins.block
+        for _ in range(depth):
+            preds = self.pred.get(block, [])
+            if len(preds) != 1:
+                return False
+            term = [i for i in self.instrs if i.block == preds[0]][-1]
+            cond = re.match(r"br i1 (%[\w.]+), label", term.text)
+            if cond and arg in self.loaded.get(cond.group(1), frozenset()):
+                return True
+            block = preds[0]
+        return False
 
     def pointer_params(self, ins: _Instr) -> frozenset[int]:
         """Arguments the instruction's pointer operand derives from."""
@@ -176,7 +212,22 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
             out.append(Violation(p.name, "llir", "I4", f"{found} {what} in the code, {len(p.syncs)} sync edges in "
                                                        "the plan"))
     out += _check_loads(p, fn)
+    out += _check_kv_stores(p, fn)
     return out
+
+
+def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
+    """C4 (IR side): every store into the KV cache sits behind a branch on the row's context length."""
+    names = [a.name for a in p.args]
+    kv = {names.index(r.name) for r in p.regions if r.kind == "kv_cache" and r.name in names}
+    if not kv or "context_lens" not in names:
+        return []
+    lens = names.index("context_lens")
+    return [Violation(p.name, _site(ins), "C4", "a store into the KV cache is not behind a branch on the row's "
+                                                "context length: a dead (padding) row would overwrite another "
+                                                "request's cache")
+            for ins in fn.instrs
+            if ins.opcode == "store" and kv & fn.pointer_params(ins) and not fn.guarded_by(ins, lens)]
 
 
 def _barrier_before(fn: LlvmFunction, ins: _Instr) -> bool:
