@@ -32,11 +32,16 @@ def _check(result, call: str):
     return values[0] if len(values) == 1 else values
 
 
+_primary_contexts: dict[int, object] = {}  # retained once per device for the process's lifetime
+
+
 def make_context_current(ordinal: int) -> None:
     """Make the device's primary context (the one torch uses) current in this thread."""
     driver = _driver()
-    dev = _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
-    ctx = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+    ctx = _primary_contexts.get(ordinal)
+    if ctx is None:
+        dev = _check(driver.cuDeviceGet(ordinal), "cuDeviceGet")
+        ctx = _primary_contexts[ordinal] = _check(driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
     _check(driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
@@ -90,5 +95,4 @@ class CudaKernel:
             self._stream = stream
         err, = self._driver.cuLaunchKernelEx(self._launch_config, self.function, params_address, 0)
         if err != self._driver.CUresult.CUDA_SUCCESS:
-            _, text = self._driver.cuGetErrorName(err)
-            raise DriverError(f"launch of {self.symbol} failed: {text.decode() if text else int(err)}")
+            _check((err,), f"launch of {self.symbol}")

@@ -2,8 +2,8 @@
 # One device-machine session: install the checkout (no deps: the GPU image brings torch,
 # cuda-bindings, transformers), then the GPU tests, the transformers check and the bench over
 # packages compiled on the CPU machine. Usage: tools/gpu_session.sh PACKAGES_DIR STAGES...
-# Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>], sweep:<context>, hang:<debug package>
-# (schedule variants under gpu_sweep/, compiled by hand). Logs go to $OUT.
+# Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>], stages:<recipe>:<bands>,
+# hang:<debug package>. Logs go to $OUT.
 set -u
 PKGS=$1; shift
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -20,9 +20,7 @@ for stage in "$@"; do
              --json "$OUT/check-${a//,/_}.json" 2>&1 | tee "$OUT/check-${a//,/_}.log" | grep -v Warning | tail -20 ;;
     bench) timeout 150 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
              2> "$OUT/bench-$a.err" | tee "$OUT/bench-$a.txt"; tail -3 "$OUT/bench-$a.err" ;;
-    stages) for b in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$b" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
+    stages) for band in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
     hang) timeout 200 python3 tools/hang_check.py "$PKGS/$a/sm_90" 2>&1 | tee "$OUT/hang-check.txt" ;;
-    sweep) for v in "$PKGS"/../gpu_sweep/*/; do echo "--- $v"; timeout 120 python3 -m monobuild.cli.main bench "$v"*/sm_90 \
-             --no-baseline --iters 50 --context "$a" 2>/dev/null | tee -a "$OUT/sweep.txt" | tail -n +3; done ;;
   esac
 done

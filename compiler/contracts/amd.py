@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ...runtime.manifest import ProgramSpec
-from .plan_rules import cross_cta_params
+from .plan_rules import cross_cta_params, kv_guard_params
 from .violations import Violation
 
 _NAME = re.compile(r"%[\w.]+")
@@ -65,6 +65,9 @@ class LlvmFunction:
                 self.instrs.append(_Instr(name, len(self.instrs), str(ins).strip()))
             last = self.instrs[-1].text
             self.succ[name] = re.findall(r"label (%[\w.]+)", last) if last.startswith(("br", "switch")) else []
+        self.body: dict[str, list[_Instr]] = {b: [] for b in self.blocks}
+        for ins in self.instrs:
+            self.body[ins.block].append(ins)
         self.pred: dict[str, list[str]] = {b: [] for b in self.blocks}
         for b, targets in self.succ.items():
             for t in targets:
@@ -116,7 +119,7 @@ class LlvmFunction:
             preds = self.pred.get(block, [])
             if len(preds) != 1:
                 return False
-            term = [i for i in self.instrs if i.block == preds[0]][-1]
+            term = self.body[preds[0]][-1]
             cond = re.match(r"br i1 (%[\w.]+), label", term.text)
             if cond and arg in self.loaded.get(cond.group(1), frozenset()):
                 return True
@@ -218,11 +221,10 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
 
 def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
     """C4 (IR side): every store into the KV cache sits behind a branch on the row's context length."""
-    names = [a.name for a in p.args]
-    kv = {names.index(r.name) for r in p.regions if r.kind == "kv_cache" and r.name in names}
-    if not kv or "context_lens" not in names:
+    guard = kv_guard_params(p)
+    if guard is None:
         return []
-    lens = names.index("context_lens")
+    kv, lens = guard
     return [Violation(p.name, _site(ins), "C4", "a store into the KV cache is not behind a branch on the row's "
                                                 "context length: a dead (padding) row would overwrite another "
                                                 "request's cache")
@@ -235,7 +237,7 @@ def _barrier_before(fn: LlvmFunction, ins: _Instr) -> bool:
     the signal's block and, if needed, its predecessors' tails)."""
 
     def scan(block: str, before: int | None, depth: int) -> bool:
-        body = [i for i in fn.instrs if i.block == block and (before is None or i.index < before)]
+        body = [i for i in fn.body[block] if before is None or i.index < before]
         for prev in reversed(body):
             if "@llvm.amdgcn.s.barrier" in prev.text:
                 return True

@@ -9,7 +9,7 @@ from, through the register dataflow.
 from __future__ import annotations
 
 from ...runtime.manifest import ProgramSpec
-from .plan_rules import cross_cta_params
+from .plan_rules import cross_cta_params, kv_guard_params
 from .ptx import Instr, Ptx
 from .violations import Violation
 
@@ -22,8 +22,9 @@ def _site(ins: Instr) -> str:
 
 
 def _is_global_memory(ins: Instr) -> bool:
-    return ins.base in ("ld", "st", "atom", "red", "cp") and not ins.has("param") and not ins.has("shared") \
-        or ins.base == "cp" and ins.has("async") and ins.address is not None
+    if ins.base == "cp":  # cp.async.*.shared.global: a global source, when it has one
+        return ins.has("async") and ins.address is not None
+    return ins.base in ("ld", "st", "atom", "red") and not ins.has("param") and not ins.has("shared")
 
 
 def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
@@ -105,11 +106,10 @@ def _check_loads(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
 
 def _check_kv_stores(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     """C4 (IR side): every store into the KV cache is predicated on a value read from context_lens."""
-    names = [a.name for a in p.args]
-    kv = {names.index(r.name) for r in p.regions if r.kind == "kv_cache" and r.name in names}
-    if not kv or "context_lens" not in names:
+    guard = kv_guard_params(p)
+    if guard is None:
         return []
-    lens = names.index("context_lens")
+    kv, lens = guard
     out = []
     for ins in ptx.instrs:
         if ins.base in ("st", "atom", "red") and _is_global_memory(ins) and kv & ptx.address_params(ins) \

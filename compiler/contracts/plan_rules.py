@@ -27,6 +27,16 @@ def cross_cta_params(p: ProgramSpec) -> dict[int, str]:
             if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names}
 
 
+def kv_guard_params(p: ProgramSpec) -> tuple[set[int], int] | None:
+    """(ABI indexes of the KV cache, index of context_lens) for C4's IR side, or None when the
+    program has no KV cache argument or no liveness to guard it with (the plan side reports that)."""
+    names = [a.name for a in p.args]
+    kv = {names.index(r.name) for r in p.regions if r.kind == "kv_cache" and r.name in names}
+    if not kv or "context_lens" not in names:
+        return None
+    return kv, names.index("context_lens")
+
+
 def _chain_gaps(p: ProgramSpec, first: int, last: int) -> list[tuple[str, str]]:
     """Consecutive stage pairs between stage indexes first and last that no sync edge joins."""
     names = [s.name for s in p.stages]
