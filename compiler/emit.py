@@ -52,8 +52,8 @@ def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
         Arg("q_norm", w), Arg("k_norm", w), Arg("w_o", w), Arg("mlp_norm", w), Arg("w_gate_up", w),
         Arg("w_down", w), Arg("k_cache", kv), Arg("v_cache", kv), Arg("block_tables", i32),
         Arg("bt_stride", "i32"), Arg("context_lens", i32), Arg("positions", i32), Arg("rope", f32),
-        Arg("qkv", f32), Arg("part_acc", f32), Arg("part_ml", f32), Arg("attn_out", f32), Arg("x1", f32),
-        Arg("h", f32), Arg("counters", "*i64"), Arg("hang_log", "*i64"),
+        Arg("qkv", f32), Arg("part_acc", f32), Arg("part_ml", f32), Arg("attn_out", w), Arg("x1", f32),
+        Arg("h", w), Arg("x_hat_qkv", w), Arg("x_hat_up", w), Arg("counters", "*i64"), Arg("hang_log", "*i64"),
     ]
     dropped = [] if d.debug_wait_spins else ["hang_log"]
     if not g.qkv_bias:
@@ -66,8 +66,8 @@ def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
 def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
     args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
-            Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("counters", "*i64"),
-            Arg("hang_log", "*i64")]
+            Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("x_hat", w),
+            Arg("counters", "*i64"), Arg("hang_log", "*i64")]
     return args, [] if recipe.deployment.debug_wait_spins else ["hang_log"]
 
 

@@ -144,35 +144,67 @@ def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int) -> tup
     )
 
 
-def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry) -> tuple[Stage, ...]:
+@dataclass(frozen=True)
+class KSplits:
+    """How many K splits the o and down GEMVs use. down's is also the number of partials the hidden
+    state between layers is stored as, so the embedding and the head of the band agree on it."""
+
+    o: int
+    down: int
+
+
+def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
+    """The K split (a power of two ≤ cap, dividing K into whole chunks) that minimises the weight
+    bytes the busiest CTA streams: ⌈tiles·s / grid⌉ tasks of K/s columns each. Ties keep fewer
+    splits (fewer partials for the readers to add)."""
+    best, best_cost = 1, -(-tiles // grid) * k
+    s = 2
+    while s <= cap and k % (s * block_k) == 0:
+        cost = -(-tiles * s // grid) * (k // s)
+        if cost < best_cost:
+            best, best_cost = s, cost
+        s *= 2
+    return best
+
+
+def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry, k_splits: KSplits) -> tuple[Stage, ...]:
     rows = {"qkv": g.qkv_rows, "o": g.hidden, "up": g.intermediate, "down": g.hidden}
+    splits = {"o": k_splits.o, "down": k_splits.down}
     out = []
     for s in stages:
         if s.name in rows:
-            s = Stage(s.index, s.name, -(-rows[s.name] // bn), f"{s.task} (tiles of {bn})", s.weight_bytes,
+            split = splits.get(s.name, 1)
+            what = f"(tiles of {bn}" + (f") × {split} K splits" if split > 1 else ")")
+            s = Stage(s.index, s.name, -(-rows[s.name] // bn) * split, f"{s.task} {what}", s.weight_bytes,
                       s.kv_bytes_per_token, s.io_bytes)
         out.append(s)
     return tuple(out)
 
 
+
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
                 "below that, and the step's own K/V come from qkv")
 _CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
+_CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its normed input), after a CTA barrier"
 
 
-def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str) -> tuple[Region, ...]:
+def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits: KSplits, w_dtype: str,
+                   grid: int) -> tuple[Region, ...]:
     m, h, d = band.m, g.hidden, g.head_dim
     return (
-        Region("x_in", "io", "fp32", (m, h), None, ("qkv", "o")),
+        Region("x_in", "io", "fp32", (k_splits.down, m, h), None, ("qkv", "o")),
         Region("qkv", "scratch", "fp32", (m, g.qkv_rows), "qkv", ("attn",)),
         Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("part_acc", "scratch", "fp32", (m, g.q_heads, splits, d), "attn", ("combine",)),
         Region("part_ml", "scratch", "fp32", (m, g.q_heads, splits, 2), "attn", ("combine",)),
-        Region("attn_out", "scratch", "fp32", (m, g.q_heads * d), "combine", ("o",)),
-        Region("x1", "scratch", "fp32", (m, h), "o", ("up", "down")),
-        Region("h", "scratch", "fp32", (m, g.intermediate), "up", ("down",)),
-        Region("x_out", "io", "fp32", (m, h), "down", ()),
+        # attn_out and h only feed a GEMV, which casts them to the weight dtype: stored in it.
+        Region("attn_out", "scratch", w_dtype, (m, g.q_heads * d), "combine", ("o",)),
+        Region("x1", "scratch", "fp32", (k_splits.o, m, h), "o", ("up", "down")),
+        Region("h", "scratch", w_dtype, (m, g.intermediate), "up", ("down",)),
+        Region("x_hat_qkv", "scratch", w_dtype, (grid, m, h), "qkv", ("qkv",), _CTA_PRIVATE),
+        Region("x_hat_up", "scratch", w_dtype, (grid, m, h), "up", ("up",), _CTA_PRIVATE),
+        Region("x_out", "io", "fp32", (k_splits.down, m, h), "down", ()),
     )
 
 
@@ -223,6 +255,17 @@ class Planner:
                 "DOT_IEEE": self.recipe.deployment.dtype == "fp32", "WAIT_SPINS": self.recipe.deployment.debug_wait_spins,
                 "HANG_SLOTS": HANG_SLOTS}
 
+    def _k_splits(self, band: Band) -> KSplits:
+        g, d = self.recipe.geometry, self.recipe.deployment
+        entry = self._entry("layer", band)
+        grid, bn, bk = d.sm_count * entry.ctas_per_sm, entry.block_n, self._block_k(entry)
+        tiles = -(-g.hidden // bn)
+        return KSplits(split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
+                       split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
+
+    def _block_k(self, entry: ScheduleEntry) -> int:
+        return min(entry.block_k, next_pow2(self.recipe.geometry.hidden))
+
     def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         d, g = self.recipe.deployment, self.recipe.geometry
         pages = -(-d.max_context // d.kv_cache.block_size)
@@ -236,8 +279,9 @@ class Planner:
         grid = min(d.sm_count * entry.ctas_per_sm, tasks)
         stage = Stage(0, "embed", tasks, f"(token row, {block} columns): gather an embedding row", 0, 0,
                       band.m * g.hidden * (self.w + 4))
-        regions = (Region("x_out", "io", "fp32", (band.m, g.hidden), "embed", ()),)
-        cx = {"M": band.m, "H": g.hidden, "BH": block, "G": grid}
+        parts = self._k_splits(band).down
+        regions = (Region("x_out", "io", "fp32", (parts, band.m, g.hidden), "embed", ()),)
+        cx = {"M": band.m, "H": g.hidden, "BH": block, "X_PARTS": parts, "G": grid}
         return ProgramPlan(f"embed.{band.name}", "embed", "embed_kernel", band, "staged", (stage,), grid,
                            entry.num_warps, regions, (), tuple(sorted(cx.items())), False, False, entry)
 
@@ -246,15 +290,17 @@ class Planner:
         entry = self._entry("layer", band)
         full_grid = d.sm_count * entry.ctas_per_sm
         splits = self._splits(band, full_grid, entry)
-        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits), entry.block_n, g)
-        regions = _layer_regions(g, band, splits, d.kv_cache.dtype)
+        k_splits = self._k_splits(band)
+        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits), entry.block_n, g, k_splits)
+        regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid)
         cx = {
-            **self._common(band), "H": g.hidden, "NQ": g.q_heads, "NKV": g.kv_heads, "D": g.head_dim,
-            "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
+            **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
+            "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
-            "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size, "SPLITS": splits,
-            "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": min(entry.block_k, next_pow2(g.hidden)),
-            "W_STAGES": entry.weight_stages,
+            "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
+            "KT": max(entry.kv_tile, d.kv_cache.block_size), "KV_STAGES": entry.kv_stages, "SPLITS": splits,
+            "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
+            "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -265,17 +311,20 @@ class Planner:
         tiles = -(-g.vocab // bn)
         stages = [Stage(0, "logits", tiles, f"RMSNorm(x) · W_head rows (tiles of {bn}), fp32 logits",
                         g.vocab * g.hidden * self.w + g.hidden * self.w, 0, band.m * g.vocab * 4)]
-        regions = [Region("x_in", "io", "fp32", (band.m, g.hidden), None, ("logits",)),
+        parts = self._k_splits(band).down
+        regions = [Region("x_in", "io", "fp32", (parts, band.m, g.hidden), None, ("logits",)),
                    Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else (),
                           _CTA_LOCAL if d.head == "ids" else None)]
+        regions.append(Region("x_hat", "scratch", d.dtype, (d.sm_count * entry.ctas_per_sm, band.m, g.hidden),
+                              "logits", ("logits",), _CTA_PRIVATE))
         if d.head == "ids":
             stages.append(Stage(1, "argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0,
                                 band.m * 4))
             regions += [Region("tile_max", "scratch", "fp32", (band.m, tiles), "logits", ("argmax",)),
                         Region("tile_arg", "scratch", "i32", (band.m, tiles), "logits", ("argmax",)),
                         Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
-        cx = {**self._common(band), "H": g.hidden, "V": g.vocab, "M": band.m, "BN": bn,
-              "BK": min(entry.block_k, next_pow2(g.hidden)), "TILES_P": next_pow2(tiles),
+        cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
+              "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages}
         full_grid = d.sm_count * entry.ctas_per_sm
         return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)

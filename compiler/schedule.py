@@ -26,12 +26,18 @@ class ScheduleEntry:
     embed_block: int
     max_splits: int
     weight_stages: int = 1
+    max_split_k: int = 1
+    kv_tile: int = 16
+    kv_stages: int = 1
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
-_OPTIONAL = {"weight_stages"}  # defaults to 1 (the register double-buffer)
-_ANY_POSITIVE = {"weight_stages"}  # a pipeline depth need not be a power of two
+# weight_stages defaults to 1 (the register double-buffer), max_split_k to 1 (no K split),
+# kv_tile to 16 (one page of the usual block size per attention iteration), kv_stages to 1.
+_OPTIONAL = {"weight_stages", "max_split_k", "kv_tile", "kv_stages"}
+_ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
+_ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,9 @@ def parse_schedule(doc, src: str) -> Schedule:
     for i, item in enumerate(doc.get("entries") or []):
         if not isinstance(item, dict) or not isinstance(item.get("match"), dict):
             raise InputError(src, f"entries[{i}].match", "expected a mapping of kind/hidden/rows/tokens")
+        extra = sorted(set(item) - _ENTRY_KEYS)
+        if extra:
+            raise InputError(src, f"entries[{i}].{extra[0]}", f"unknown key (known: {', '.join(sorted(_ENTRY_KEYS))})")
         bad = sorted(set(item["match"]) - _MATCH_KEYS)
         if bad:
             raise InputError(src, f"entries[{i}].match.{bad[0]}", f"unknown key (known: {', '.join(sorted(_MATCH_KEYS))})")
@@ -87,10 +96,15 @@ def load_schedule(target: str, directory: Path | None = None) -> Schedule:
         path = resources.files("monobuild.schedules") / f"{target}.yaml"
     else:
         path = Path(directory) / f"{target}.yaml"
+    return read_schedule(path, f"no schedule for target {target}")
+
+
+def read_schedule(path, missing: str = "no such schedule table") -> Schedule:
+    """The table in the file at ``path``."""
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise InputError(str(path), None, f"no schedule for target {target}") from None
+        raise InputError(str(path), None, missing) from None
     try:
         return parse_schedule(yaml.safe_load(text), str(path))
     except yaml.YAMLError as e:

@@ -1,8 +1,9 @@
 """Everything a step's launches read and write besides weights, bound by argument name.
 
 ``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
-program declares under that name), two fp32 activation buffers the layers ping-pong between,
-the logits and next ids, one counter block per launch and the RoPE table (which bands may share). ``args`` resolves a
+program declares under that name), two fp32 hidden-state buffers the layers ping-pong between
+(each holding as many split-K partials as the layers write), the logits and next ids, one
+counter block per launch and the RoPE table (which bands may share). ``args`` resolves a
 program's named ABI to tensors for one launch, so the step path itself allocates nothing.
 """
 
@@ -33,6 +34,7 @@ class StepInputs:
 class StepBuffers:
     def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
                  device=None, poison: bool = False, rope: torch.Tensor | None = None, hang_slots: int = 0):
+        regions = list(regions)
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         for r in regions:
             if r.kind != "scratch":
@@ -42,7 +44,9 @@ class StepBuffers:
                 shapes[r.name] = (tuple(r.shape), r.dtype)
         fill = float("nan") if poison else 0.0
         self.scratch = {n: _alloc(s, d, device, poison) for n, (s, d) in shapes.items()}
-        self.act = [torch.full((m, geometry["hidden"]), fill, dtype=torch.float32, device=device) for _ in range(2)]
+        # The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says.
+        act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, geometry["hidden"]))
+        self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
         self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)

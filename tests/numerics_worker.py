@@ -16,6 +16,7 @@ from monobuild.bench.cases import poison_past_context
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.runtime.buffers import StepInputs
 from monobuild.runtime.reference import reference_step
 from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
@@ -29,7 +30,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 def main(case: dict, workdir: Path) -> dict:
     rows, tokens, dtype = case["rows"], case["tokens"], case["dtype"]
-    doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": 4,
+    # A split case: more SMs than o/down have tiles, and short K chunks, so the planner splits K.
+    sm_count = 16 if case.get("split_k") else 4
+    doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
            "max_context": 512, "head": "ids", "modes": ["staged"]}
     if tokens > 1:
@@ -55,7 +58,13 @@ def main(case: dict, workdir: Path) -> dict:
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 
-    step = InterpretedStep(plan_recipe(recipe), band, weights, k_caches, v_caches)
+    schedule = load_schedule("sm_90")
+    if case.get("split_k"):
+        defaults = {**schedule.defaults.__dict__, "block_k": 64, "max_split_k": 8}
+        schedule = parse_schedule({"defaults": defaults}, "split-k test schedule")
+    plan = plan_recipe(recipe, schedule)
+    layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
+    step = InterpretedStep(plan, band, weights, k_caches, v_caches)
     logits, next_ids = step(StepInputs(ids, positions, tables, ctx))
     ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens)
 
@@ -73,6 +82,7 @@ def main(case: dict, workdir: Path) -> dict:
         "ids_match": next_ids.long().tolist() == ref.argmax(-1).tolist(),
         "stray_kv_writes": sorted(map(list, touched - live_slots)),
         "kv_rel_err": kv_err,
+        "k_splits": [layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
     }
 
 

@@ -1,7 +1,8 @@
 """The staged programs under Triton's CPU interpreter match the float64 reference.
 
 Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE and a Qwen3-like with
-q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band.
+q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band, and
+o/down split over K (the hidden state then travels as partial sums).
 Fresh random weights, caches and inputs per case; every scratch and output buffer poisoned with
 NaN first. Bounds: fp32 ≤ 1e-4 and bf16 ≤ 1e-2 relative error of the logits (bf16 rounding of
 one activation is 2⁻⁹ ≈ 2e-3; a few such roundings per layer stay well under 1e-2).
@@ -22,16 +23,20 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 2, 1, [0, 250]),
     ("tiny-llama.json", "bf16", 2, 3, [40, 0]),
     ("tiny-qwen3.json", "fp32", 1, 6, [300]),
+    # o and down split over K (their partials summed by the readers): 16 SMs, 64-column chunks
+    ("tiny-llama.json", "fp32", 2, 1, [90, 17], "split_k"),
+    ("tiny-qwen3.json", "bf16", 1, 6, [200], "split_k"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
 
 
-@pytest.mark.parametrize("config,dtype,rows,tokens,context_lens", CASES,
-                         ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}" for c in CASES])
-def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens, tmp_path):
+@pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,variant", [c if len(c) == 6 else (*c, "") for c in CASES],
+                         ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}" + (f"-{c[5]}" if len(c) == 6 else "")
+                              for c in CASES])
+def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens, variant, tmp_path):
     case = {"config": config, "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
-            "seed": int.from_bytes(os.urandom(4), "little")}
+            "seed": int.from_bytes(os.urandom(4), "little"), "split_k": variant == "split_k"}
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "numerics_worker.py"), json.dumps(case),
                            str(tmp_path)], env=env, capture_output=True, text=True, timeout=900)
@@ -42,3 +47,5 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     assert result["ids_match"] or dtype == "bf16", f"{case}: {result}"
     assert result["stray_kv_writes"] == [], f"{case}: KV slots written outside the live rows' new tokens"
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
+    if variant == "split_k":
+        assert min(result["k_splits"]) > 1, f"{case}: the planner did not split o and down ({result['k_splits']})"

@@ -71,16 +71,17 @@ def load_act(ptrs, mask):
 
 
 @triton.jit
-def row_rstd(x_ptr, M: tl.constexpr, K: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
-             EPS: tl.constexpr):
-    """1 / RMS of each of the M rows of an fp32 [M, K] activation (padded rows give 1/sqrt(eps))."""
-    r = tl.arange(0, ROWS_P)
-    total = tl.zeros([ROWS_P], tl.float32)
-    for k0 in range(0, K, BK):
-        k = k0 + tl.arange(0, BK)
-        x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
-        total += tl.sum(x * x, axis=1)
-    return 1.0 / tl.sqrt(total / K + EPS)
+def load_parts(ptrs, mask, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr):
+    """An fp32 activation stored as PARTS split-K partial sums PART_STRIDE elements apart: their sum.
+
+    A stage split over K writes one partial per split instead of reducing across CTAs; every
+    reader adds them up in a fixed order, so the result is deterministic and no extra sync edge
+    or atomic is needed.
+    """
+    x = load_act(ptrs, mask)
+    for p in tl.static_range(1, PARTS):
+        x += load_act(ptrs + p * PART_STRIDE, mask)
+    return x
 
 
 @triton.jit
@@ -100,38 +101,57 @@ def mm(a, b_t, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
-def gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first,
-         M: tl.constexpr, K: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
-         NORM: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
-    """acc[ROWS_P, len(rows)] = x̂[:M, :K] @ W[rows, :K]ᵀ in fp32.
+def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.constexpr, K: tl.constexpr,
+                     K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr):
+    """This CTA's private copy of the GEMV input: x̂ = RMSNorm(x) (when NORM), in the weight dtype.
 
-    x is an fp32 activation; with NORM, x̂ = x · rstd · norm_weight (RMSNorm fused in), cast to
-    the weight dtype before the product. With W_STAGES == 1, ``w_first`` is the first weight chunk,
-    loaded by the caller (before a sync wait, where there is one), and each iteration loads the
-    next chunk before it multiplies the current one. With W_STAGES > 1, Triton's software pipeliner
-    keeps W_STAGES - 1 weight chunks in flight through shared memory (``w_first`` is unused).
+    x is an fp32 [M, K] activation of X_PARTS split-K partials. Each row is one whole-row load
+    (K_P = K rounded up to a power of two), unrolled over the M rows, so their L2 round trips
+    overlap; a loop over K chunks would pay one round trip per chunk. The GEMV loop then streams
+    x̂ chunks that need no partial sums and no norm arithmetic, in half the bytes of fp32 (the
+    product casts to the weight dtype anyway), and the software pipeliner stages fewer bytes.
+    The CTA barrier orders the stores before the CTA's own loads of x̂.
+    """
+    k = tl.arange(0, K_P)
+    if NORM:
+        g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+    for m in tl.static_range(M):
+        x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
+        if NORM:
+            x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
+        tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
+    tl.debug_barrier()
+
+
+@triton.jit
+def gemv(x_ptr, w_ptr, rows, row_mask, w_first, k_lo, M: tl.constexpr, K: tl.constexpr, KS: tl.constexpr,
+         ROWS_P: tl.constexpr, BK: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
+    """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32.
+
+    x is an [M, K] activation (fp32, or a staged x̂ in the weight dtype), cast to the weight dtype
+    before the product. With W_STAGES == 1, ``w_first`` is the first weight chunk, loaded by the
+    caller (before a sync wait, where there is one), and each iteration loads the next chunk
+    before it multiplies the current one. With W_STAGES > 1, Triton's software pipeliner keeps
+    W_STAGES - 1 weight chunks in flight through shared memory (``w_first`` is unused).
     """
     r = tl.arange(0, ROWS_P)
     acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
     if W_STAGES == 1:
         w = w_first
-        for k0 in range(0, K, BK):
-            w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < K), k0 + BK, K, BK)
-            acc += mm(_x_chunk(x_ptr, rstd, norm_ptr, r, k0, M, K, BK, NORM).to(w.dtype), w, DOT_IEEE)
+        for k0 in range(k_lo, k_lo + KS, BK):
+            w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK)
+            acc += mm(_x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
             w = w_next
     else:
-        for k0 in tl.range(0, K, BK, num_stages=W_STAGES):
+        for k0 in tl.range(k_lo, k_lo + KS, BK, num_stages=W_STAGES):
             w = load_w_chunk(w_ptr, rows, row_mask, k0, K, BK)
-            acc += mm(_x_chunk(x_ptr, rstd, norm_ptr, r, k0, M, K, BK, NORM).to(w.dtype), w, DOT_IEEE)
+            acc += mm(_x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
     return acc
 
 
 @triton.jit
-def _x_chunk(x_ptr, rstd, norm_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr, NORM: tl.constexpr):
-    """Columns [k0, k0 + BK) of the activation, RMSNorm'd when NORM."""
+def _x_chunk(x_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+    """Columns [k0, k0 + BK) of the activation's M rows (padding rows read as 0)."""
     k = k0 + tl.arange(0, BK)
-    x = load_act(x_ptr + r[:, None] * K + k[None, :], (r[:, None] < M) & (k[None, :] < K))
-    if NORM:
-        g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-        x = x * rstd[:, None] * g[None, :]
-    return x
+    return tl.load(x_ptr + r[:, None] * K + k[None, :], mask=(r[:, None] < M) & (k[None, :] < K), other=0.0,
+                   cache_modifier=".cg")

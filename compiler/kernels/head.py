@@ -14,8 +14,13 @@ from .layer import gemv_stage
 
 
 @triton.jit
-def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr, G: tl.constexpr):
-    """x_out[m, :] = embed[tokens[m], :] in fp32; tasks are (row, chunk of BH columns)."""
+def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr, X_PARTS: tl.constexpr,
+                 G: tl.constexpr):
+    """x_out[m, :] = embed[tokens[m], :] in fp32; tasks are (row, chunk of BH columns).
+
+    The layers read their input as X_PARTS split-K partials (see ``layer_kernel``): the embedding
+    is partial 0 and the others are zeroed, since they hold the last step's values.
+    """
     CHUNKS: tl.constexpr = (H + BH - 1) // BH
     for task in range(tl.program_id(0), M * CHUNKS, G):
         m = task // CHUNKS
@@ -23,25 +28,29 @@ def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.
         token = tl.load(tokens + m).to(tl.int64)
         row = tl.load(embed + token * H + c, mask=c < H, other=0.0)
         tl.store(x_out + m * H + c, row.to(tl.float32), mask=c < H)
+        for p in tl.static_range(1, X_PARTS):
+            tl.store(x_out + p * M * H + m * H + c, tl.zeros([BH], tl.float32), mask=c < H)
 
 
 @triton.jit
 def head_kernel(
-    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, counters, hang_log,
-    H: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
-    BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
+    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, x_hat, counters, hang_log,
+    H: tl.constexpr, H_P: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, X_PARTS: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
     W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
 ):
-    """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring)."""
+    """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring); x_in is the last
+    layer's output, stored as X_PARTS split-K partials."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     PERSISTENT: tl.constexpr = FIRST < LAST
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
     if FIRST <= 0 and LAST >= 0:
-        gemv_stage(pid, x_in, final_norm, w_head, logits, final_norm, x_in, counters, 0, hang_log, V, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, False, 0, 2 if PDL else 0, DOT_IEEE,
-                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
+        gemv_stage(pid, x_in, X_PARTS, final_norm, x_hat, w_head, logits, final_norm, x_in, 1, counters, 0, hang_log,
+                   N=V, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
+                   HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
             tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
             n = tl.arange(0, BN)

@@ -7,9 +7,9 @@ Stages (index, name, tasks):
                attention over the cache plus the step's own tokens → partials (acc, max, sum)
                                                                         (row, KV head, split)
 2. ``combine`` merge the splits' partials → attn_out                    (token row, query head)
-3. ``o``       attn_out · W_oᵀ + x_in → x1                              tiles of BN rows of W_o
+3. ``o``       attn_out · W_oᵀ + x_in → x1                              (tile of BN rows of W_o, K split)
 4. ``up``      RMSNorm(x1) · [W_gate | W_up]ᵀ, silu(g)·u → h            tiles of BN rows of each
-5. ``down``    h · W_downᵀ + x1 → x_out                                 tiles of BN rows of W_down
+5. ``down``    h · W_downᵀ + x1 → x_out                                 (tile of BN rows of W_down, K split)
 
 Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
 each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. Before each
@@ -19,7 +19,7 @@ wait a CTA loads its first task's first weight chunk, so the wait hides under th
 import triton
 import triton.language as tl
 
-from .common import gemv, load_act, load_w_chunk, mm, row_rstd, signal, step_epoch, wait
+from .common import gemv, load_act, load_parts, load_w_chunk, mm, signal, stage_activation, step_epoch, wait
 
 STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 
@@ -65,7 +65,8 @@ def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
 def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr,
                block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
                NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
-               SPLITS: tl.constexpr, BS: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
+               SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
+               QP: tl.constexpr, TP: tl.constexpr,
                QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens."""
     GROUP: tl.constexpr = NQ // NKV
@@ -101,17 +102,21 @@ def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_c
     l_i = tl.zeros([QP], tl.float32)
     acc = tl.zeros([QP, D], tl.float32)
 
-    # This split's share of the cached positions [0, ctx - TOKENS), in whole pages.
+    # This split's share of the cached positions [0, ctx - TOKENS), in whole pages, walked KT
+    # tokens (KT / BS pages) per iteration with KV_STAGES tiles in flight: one page per
+    # iteration would pay a dependent block-table → K/V round trip for every 16 tokens.
     cached = tl.where(live, ctx - TOKENS, 0)
     pages = tl.cdiv(cached, BS)
     per_split = tl.cdiv(pages, SPLITS)
-    t = tl.arange(0, BS)
-    for p in range(s * per_split, tl.minimum(s * per_split + per_split, pages)):
-        block = tl.load(block_tables_ptr + b * bt_stride + p).to(tl.int64)
-        slot = (block * BS + t) * NKV + h
+    first, end = s * per_split, tl.minimum(s * per_split + per_split, pages)
+    t = tl.arange(0, KT)
+    for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
+        page = p0 + t // BS
+        block = tl.load(block_tables_ptr + b * bt_stride + page, mask=page < end, other=0).to(tl.int64)
+        slot = (block * BS + t % BS) * NKV + h
         # A page's slots past the context hold whatever the cache held (stale or never written,
         # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
-        in_context = p * BS + t < cached
+        in_context = (page < end) & (page * BS + t % BS < cached)
         k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
         v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
         scores = mm(q, k, DOT_IEEE)
@@ -152,7 +157,8 @@ def _combine_task(task, part_acc_ptr, part_ml_ptr, attn_out_ptr,
     weight = tl.exp(m - tl.where(m_max == float("-inf"), 0.0, m_max))
     num = tl.sum(weight[:, None] * acc, axis=0)
     den = tl.sum(weight * l_s, axis=0)
-    tl.store(attn_out_ptr + task * D + d, num / tl.where(den > 0, den, 1.0))
+    out = num / tl.where(den > 0, den, 1.0)  # o's GEMV reads it in the weight dtype: stored so
+    tl.store(attn_out_ptr + task * D + d, out.to(attn_out_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -167,38 +173,49 @@ def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, 
 
 
 @triton.jit
-def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wait_ptr, target, hang_log,
-               N: tl.constexpr, K: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
-               BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
+def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr,
+               RES_PARTS: tl.constexpr, wait_ptr, target, hang_log,
+               N: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
                NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr,
                W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
     """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
 
-    x̂ is RMSNorm(x) when NORM. GATED tiles hold BN gate rows interleaved with BN up rows, so
-    one product gives both and a split of the accumulator separates them. The CTA's first
-    weight chunk is loaded before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``;
-    WAIT=2: the previous launch (programmatic dependent launch) — so the wait hides under it.
+    x̂ is RMSNorm(x) when NORM; x and the residual are stored as X_PARTS and RES_PARTS split-K
+    partials. When x needs a norm or a sum, each CTA first stages x̂ into its own slice of
+    ``x_hat_ptr`` ([G, M, K], weight dtype; K_P is K rounded up to a power of two) and the GEMV
+    streams that. A task is (output tile, K split): with SPLIT > 1 each task multiplies K / SPLIT
+    columns and writes partial ``split`` of out (shape [SPLIT, M, N]); split 0 adds the bias and
+    the residual. GATED tiles hold BN gate rows interleaved with BN up rows, so one product gives
+    both and a split of the accumulator separates them. The CTA's first weight chunk is loaded
+    before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``; WAIT=2: the previous launch
+    (programmatic dependent launch) — so the wait hides under it.
     """
     WROWS: tl.constexpr = 2 * BN if GATED else BN
+    TILES: tl.constexpr = (N + BN - 1) // BN
+    KS: tl.constexpr = K // SPLIT
     j = tl.arange(0, WROWS)
     r = tl.arange(0, ROWS_P)
-    rows, row_mask = _tile_rows(pid, j, BN, N, GATED, INTER)
+    rows, row_mask = _tile_rows(pid % TILES, j, BN, N, GATED, INTER)
     if W_STAGES == 1:
-        w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+        w_first = load_w_chunk(w_ptr, rows, row_mask & (pid < TILES * SPLIT), (pid // TILES) * KS, K, BK)
     else:  # the pipelined loop loads its own chunks; this placeholder is dead code
         w_first = tl.zeros([WROWS, BK], w_ptr.dtype.element_ty)
     if WAIT == 1:
         wait(wait_ptr, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     elif WAIT == 2:
         tl.extra.cuda.gdc_wait()
-    if NORM:
-        rstd = row_rstd(x_ptr, M, K, ROWS_P, BK, EPS)
+    if NORM or X_PARTS > 1:
+        x_cta = x_hat_ptr + pid * M * K
+        stage_activation(x_ptr, X_PARTS, norm_ptr, x_cta, M, K, K_P, EPS, NORM)
     else:
-        rstd = tl.full([ROWS_P], 1.0, tl.float32)
-    for tile in range(pid, tl.cdiv(N, BN), G):
+        x_cta = x_ptr
+    for task in range(pid, TILES * SPLIT, G):
+        tile = task % TILES
+        split = task // TILES
         rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
-        acc = gemv(x_ptr, rstd, norm_ptr, w_ptr, rows, row_mask, w_first, M, K, ROWS_P, BK, NORM, DOT_IEEE, W_STAGES)
+        acc = gemv(x_cta, w_ptr, rows, row_mask, w_first, split * KS, M, K, KS, ROWS_P, BK, DOT_IEEE, W_STAGES)
         n = tile * BN + tl.arange(0, BN)
         out_mask = (r[:, None] < M) & (n[None, :] < N)
         if GATED:
@@ -207,28 +224,36 @@ def gemv_stage(pid, x_ptr, norm_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr, wai
         else:
             out = acc
         if HAS_BIAS:
-            out += tl.load(bias_ptr + n, mask=n < N, other=0.0).to(tl.float32)[None, :]
+            out += tl.load(bias_ptr + n, mask=(n < N) & (split == 0), other=0.0).to(tl.float32)[None, :]
         if HAS_RESIDUAL:
-            out += load_act(residual_ptr + r[:, None] * N + n[None, :], out_mask)
-        tl.store(out_ptr + r[:, None] * N + n[None, :], out, mask=out_mask)
+            out += load_parts(residual_ptr + r[:, None] * N + n[None, :], out_mask & (split == 0), RES_PARTS, M * N)
+        tl.store(out_ptr + split * M * N + r[:, None] * N + n[None, :], out.to(out_ptr.dtype.element_ty),
+                 mask=out_mask)
         if W_STAGES == 1:
-            rows, row_mask = _tile_rows(tile + G, j, BN, N, GATED, INTER)
-            w_first = load_w_chunk(w_ptr, rows, row_mask, 0, K, BK)
+            rows, row_mask = _tile_rows((task + G) % TILES, j, BN, N, GATED, INTER)
+            w_first = load_w_chunk(w_ptr, rows, row_mask & (task + G < TILES * SPLIT), ((task + G) // TILES) * KS,
+                                   K, BK)
 
 
 @triton.jit
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, counters, hang_log,
-    H: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
+    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log,
+    H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
-    EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
-    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
+    EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
+    KV_STAGES: tl.constexpr,
+    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, O_SPLIT: tl.constexpr,
+    DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
     WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
 ):
-    """One decoder layer: stages FIRST..LAST (see the module docstring)."""
+    """One decoder layer: stages FIRST..LAST (see the module docstring).
+
+    o and down may be split over K (O_SPLIT, DOWN_SPLIT): x1 is then stored as O_SPLIT partials,
+    and x_in and x_out — the hidden state between layers — as DOWN_SPLIT partials.
+    """
     M: tl.constexpr = ROWS * TOKENS
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     PERSISTENT: tl.constexpr = FIRST < LAST
@@ -237,9 +262,10 @@ def layer_kernel(
     if FIRST <= 0 and LAST >= 0:
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
-        gemv_stage(pid, x_in, attn_norm, w_qkv, qkv, b_qkv, x_in, counters, 0, hang_log, NQKV, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, QKV_BIAS, False, False, 0, 2 if PDL else 0, DOT_IEEE,
-                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
+        gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT, counters, 0, hang_log,
+                   N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
+                   HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters + 0)
@@ -248,7 +274,7 @@ def layer_kernel(
             wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
             _attn_task(task, qkv, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
-                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, QP, TP,
+                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES, QP, TP,
                        QK_NORM, EPS, DOT_IEEE)
         if PERSISTENT:
             signal(counters + 1)
@@ -260,20 +286,23 @@ def layer_kernel(
         if PERSISTENT:
             signal(counters + 2)
     if FIRST <= 3 and LAST >= 3:
-        gemv_stage(pid, attn_out, attn_norm, w_o, x1, b_qkv, x_in, counters + 2, target, hang_log, H, NQ * D, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE,
-                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
+        gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT, counters + 2, target, hang_log,
+                   N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
+                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
         if PERSISTENT:
             signal(counters + 3)
     if FIRST <= 4 and LAST >= 4:
-        gemv_stage(pid, x1, mlp_norm, w_gate_up, h, b_qkv, x1, counters + 3, target, hang_log, INTER, H, M, ROWS_P,
-                   BN, BK, G, EPS, True, False, False, True, INTER, 1 if PERSISTENT else 0, DOT_IEEE,
-                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
+        gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT, counters + 3, target, hang_log,
+                   N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
+                   HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
         if PERSISTENT:
             signal(counters + 4)
     if FIRST <= 5 and LAST >= 5:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
-        gemv_stage(pid, h, mlp_norm, w_down, x_out, b_qkv, x1, counters + 4, target, hang_log, H, INTER, M, ROWS_P,
-                   BN, BK, G, EPS, False, False, True, False, 0, 1 if PERSISTENT else 0, DOT_IEEE,
-                   W_STAGES, WAIT_SPINS, HANG_SLOTS)
+        gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT, counters + 4, target, hang_log,
+                   N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS, NORM=False,
+                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
