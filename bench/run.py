@@ -106,8 +106,11 @@ def _timing(times: list[float]) -> Timing:
 
 def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ...] | None = None,
           bands: tuple[str, ...] | None = None, iters: int = 200, baseline: bool = True,
-          progress: Callable[[str], None] = lambda _: None) -> BenchResult:
-    pkg = runtime.load(package_dir)
+          progress: Callable[[str], None] = lambda _: None, pin_occupancy: bool = True,
+          pdl: bool = True) -> BenchResult:
+    """Time every (context, band, mode) case; ``pin_occupancy`` and ``pdl`` off are ablations
+    (see ``runtime.load``)."""
+    pkg = runtime.load(package_dir, pin_occupancy=pin_occupancy, pdl=pdl)
     progress(f"loaded {package_dir} on {torch.cuda.get_device_name(pkg.device)}")
     copy = copy_bandwidth()
     progress(f"device-to-device copy: {copy / 1e9:.0f} GB/s")

@@ -115,8 +115,16 @@ class Package:
         return DecodeStep(self, packed, cache, mode)
 
 
-def load(package_dir: str | Path, device: int | str | torch.device | None = None) -> Package:
-    """Load the package at ``package_dir`` onto ``device`` (default: torch's current CUDA device)."""
+def load(package_dir: str | Path, device: int | str | torch.device | None = None, *,
+         pin_occupancy: bool = True, pdl: bool = True) -> Package:
+    """Load the package at ``package_dir`` onto ``device`` (default: torch's current CUDA device).
+
+    With ``pin_occupancy`` (CUDA), each cooperative program is launched with unused dynamic
+    shared memory so that exactly its planned CTAs per SM fit (``CudaKernel.pin_ctas_per_sm``);
+    turning it off is the ablation ``monobuild bench --no-pin-occupancy`` measures. ``pdl=False``
+    launches without programmatic dependent launch (its ablation, ``--no-pdl``): the programs'
+    ``griddepcontrol.wait`` then returns at once, since the previous launch has finished.
+    """
     path = Path(package_dir)
     manifest = read_manifest(path)
     if not torch.cuda.is_available():
@@ -130,10 +138,13 @@ def load(package_dir: str | Path, device: int | str | torch.device | None = None
     package = Package(path, manifest, device, {})
     package.make_current()
     kernel_class = _kernel_class(manifest.target)
-    package.kernels.update({p.name: _load_kernel(path, p, kernel_class) for p in manifest.programs})
+    package.kernels.update({p.name: _load_kernel(path, p, kernel_class, pdl) for p in manifest.programs})
     for p in manifest.programs:
         if p.launch_cooperative:
-            fits = package.kernels[p.name].resident_ctas_per_sm() * manifest.sm_count
+            kernel = package.kernels[p.name]
+            if pin_occupancy and hasattr(kernel, "pin_ctas_per_sm"):  # HIP: not measured, not pinned
+                kernel.pin_ctas_per_sm(-(-p.grid // manifest.sm_count))
+            fits = kernel.resident_ctas_per_sm() * manifest.sm_count
             if fits < p.grid:
                 raise DeviceRefused(f"{path}: {p.name} needs {p.grid} co-resident CTAs; the driver fits {fits} "
                                     f"({p.resources.registers} registers, {p.shared_bytes} B shared memory, "
@@ -150,10 +161,10 @@ def _cuda_device(device) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device() if d.index is None else d.index)
 
 
-def _load_kernel(path: Path, p: ProgramSpec, kernel_class):
+def _load_kernel(path: Path, p: ProgramSpec, kernel_class, pdl: bool):
     code = path / p.code
     try:
         binary = code.read_bytes()
     except FileNotFoundError:
         raise PackageError(f"{code}: missing (named by {p.name} in the manifest)") from None
-    return kernel_class(binary, p.symbol, p.grid, p.block, p.shared_bytes, p.launch_pdl, p.launch_cooperative)
+    return kernel_class(binary, p.symbol, p.grid, p.block, p.shared_bytes, p.launch_pdl and pdl, p.launch_cooperative)
