@@ -1,4 +1,4 @@
-"""The ``monobuild`` command: compile, plan, inspect, check, bench.
+"""The ``monobuild`` command: compile, plan, inspect, check, bench, tune.
 
 Bad input (a missing or malformed file, an unknown family, an unserved deployment) prints one
 line naming the file and field and exits 2, before anything is written.
@@ -51,19 +51,24 @@ def main():
 @click.option("--debug-wait-spins", type=click.IntRange(1),
               help="Debug build (recipe name + '-debug'): each wait gives up after N polls and the runtime "
                    "raises WaitTimeout naming the CTA, counter and epoch, instead of hanging the GPU.")
+@click.option("--schedule", "schedule_path", type=click.Path(path_type=Path),
+              help="Use this schedule table instead of the shipped schedules/<target>.yaml (e.g. one "
+                   "`monobuild tune --out` wrote, or an ablation).")
 @_one_line_errors
-def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins):  # noqa: A001 - the command's name
+def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins, schedule_path):  # noqa: A001 - the command's name
     """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
     from ..compiler.build import build, retarget, with_debug_waits
     from ..compiler.env import default_cache_dir
     from ..compiler.recipe import load_recipe
+    from ..compiler.schedule import read_schedule
 
     # validate all before writing
     loaded = [with_debug_waits(retarget(load_recipe(path), target), debug_wait_spins) for path in recipes]
+    schedule = read_schedule(schedule_path) if schedule_path else None
     cache_dir = cache_dir or default_cache_dir()
     for recipe in loaded:
         with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:
-            result = build(recipe, out_dir, cache_dir, jobs, progress=report)
+            result = build(recipe, out_dir, cache_dir, jobs, progress=report, schedule=schedule)
         click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
                    f"{result.cached} from cache)")
 
@@ -189,8 +194,11 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--band", "bands", multiple=True, help="Only these bands (e.g. r1t1, r8t1, r1t6).")
 @click.option("--iters", default=200, show_default=True, type=click.IntRange(10), help="Timed replays per case.")
 @click.option("--no-baseline", is_flag=True, help="Skip the torch.compile + CUDA graph baseline.")
+@click.option("--no-pin-occupancy", is_flag=True,
+              help="Ablation: launch persistent programs without pinning their CTAs per SM.")
+@click.option("--no-pdl", is_flag=True, help="Ablation: launch without programmatic dependent launch.")
 @_one_line_errors
-def bench(package, as_json, contexts, modes, bands, iters, no_baseline):
+def bench(package, as_json, contexts, modes, bands, iters, no_baseline, no_pin_occupancy, no_pdl):
     """Time PACKAGE's decode step on this GPU against the roofline and a PyTorch baseline."""
     from ..bench.run import bench as run_bench
     from .report import bench_text
@@ -198,8 +206,56 @@ def bench(package, as_json, contexts, modes, bands, iters, no_baseline):
     def progress(line: str) -> None:
         click.echo(line, err=True)
 
-    result = run_bench(package, contexts, modes or None, bands or None, iters, not no_baseline, progress)
+    result = run_bench(package, contexts, modes or None, bands or None, iters, not no_baseline, progress,
+                       pin_occupancy=not no_pin_occupancy, pdl=not no_pdl)
     click.echo(json.dumps(result.to_json(), indent=1) if as_json else bench_text(result))
+
+
+@main.command()
+@click.argument("recipe", type=click.Path(path_type=Path))
+@click.option("--band", "bands", multiple=True, help="Only these bands (e.g. r1t1, r8t1, r1t6); default: all.")
+@click.option("--context", default=1024, show_default=True, type=click.IntRange(1),
+              help="Tokens of context per row while timing.")
+@click.option("--iters", default=50, show_default=True, type=click.IntRange(10), help="Timed replays per candidate.")
+@click.option("--out", "out_path", type=click.Path(path_type=Path),
+              help="Schedule table to write (default: the shipped schedules/<target>.yaml).")
+@click.option("--jobs", "-j", default=4, show_default=True, type=click.IntRange(1, 256),
+              help="Parallel compile processes.")
+@click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
+              help="Code-object cache (default: $MONOBUILD_CACHE_DIR or ~/.cache/monobuild).")
+@_one_line_errors
+def tune(recipe, bands, context, iters, out_path, jobs, cache_dir):
+    """Measure schedule candidates for RECIPE's layer programs on this GPU; write the winners.
+
+    Needs the GPU the recipe targets and the compiler (Triton) on the same machine. Writes entries
+    matching (kind layer, hidden, rows, tokens) into the schedule table, so `monobuild compile`
+    picks them up without tuning.
+    """
+    import torch
+
+    from ..bench.tune import as_trial_rows, default_table, write_table
+    from ..bench.tune import tune as run_tune
+    from ..compiler.env import default_cache_dir
+    from ..compiler.recipe import load_recipe
+    from ..compiler.schedule import read_schedule
+
+    loaded = load_recipe(recipe)
+    target = loaded.deployment.target.name
+    chosen = tuple(b for b in loaded.deployment.bands if not bands or b.name in bands)
+    unknown = sorted(set(bands) - {b.name for b in loaded.deployment.bands})
+    if unknown:
+        raise InputError(str(recipe), "bands", f"no band {unknown[0]} (the recipe has "
+                                               f"{', '.join(b.name for b in loaded.deployment.bands)})")
+    if not torch.cuda.is_available():
+        raise InputError(str(recipe), "target", f"tuning times candidates on a {target} GPU; none is visible")
+    source = default_table(target)
+    out_path = out_path or source
+    schedule = read_schedule(out_path if out_path.exists() else source)
+    result = run_tune(loaded, schedule, chosen, cache_dir or default_cache_dir(), jobs, context, iters,
+                      lambda line: click.echo(line, err=True))
+    write_table(out_path if out_path.exists() else source, out_path, loaded, result)
+    click.echo("\n".join(as_trial_rows(result)))
+    click.echo(f"wrote {len(result.winners)} entries to {out_path}")
 
 
 if __name__ == "__main__":

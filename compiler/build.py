@@ -22,6 +22,7 @@ from .errors import Refusal
 from .package import write_package
 from .plan import Plan, plan_recipe
 from .recipe import Recipe
+from .schedule import Schedule
 from .targets import TARGETS, Target
 
 
@@ -67,8 +68,9 @@ def _refuse_unresident(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject])
 
 
 def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
-          progress: Callable[[int, int, str], None] | None = None) -> BuildResult:
-    plan: Plan = plan_recipe(recipe)
+          progress: Callable[[int, int, str], None] | None = None, schedule: Schedule | None = None) -> BuildResult:
+    """Compile ``recipe`` into ``out_dir``; ``schedule`` replaces the target's shipped table (tuning)."""
+    plan: Plan = plan_recipe(recipe, schedule)
     target = recipe.deployment.target
     digest = emitter_digest()
     cache = CodeCache(cache_dir)

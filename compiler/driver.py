@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
+import threading
 from dataclasses import dataclass
 
 from .emit import Program, kernel_function
@@ -62,12 +63,17 @@ def _source(program: Program):
 MAX_REGISTERS = 255
 
 
+# Triton's knobs are process-wide: two threads compiling at once (``monobuild tune`` builds its
+# candidates concurrently) would share, and delete, each other's cache directory.
+_KNOBS = threading.Lock()
+
+
 def _triton_compile(program: Program, target: Target, options: dict):
     import triton
     from triton import knobs
 
     src = _source(program)
-    with tempfile.TemporaryDirectory(prefix="monobuild-triton-") as triton_cache, \
+    with _KNOBS, tempfile.TemporaryDirectory(prefix="monobuild-triton-") as triton_cache, \
             knobs.compilation.scope(), knobs.cache.scope():
         knobs.compilation.disable_line_info = True
         knobs.cache.dir = triton_cache  # Triton's own cache stays out: ours is content-addressed

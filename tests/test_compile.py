@@ -138,21 +138,19 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     assert default_cache_dir().name == "monobuild" and os.fspath(default_cache_dir())
 
 
-def test_a_schedule_whose_grid_cannot_be_coresident_is_refused(tiny_recipe, tmp_path, monkeypatch):
+def test_a_schedule_whose_grid_cannot_be_coresident_is_refused(tiny_recipe, tmp_path):
     """The planner sizes persistent grids from the schedule; if the compiled code cannot hold that
     many CTAs per SM, the build is refused with the reason before a package is written."""
     import dataclasses
 
-    from monobuild.compiler import build as build_module
+    from monobuild.compiler.build import build
     from monobuild.compiler.errors import Refusal
-    from monobuild.compiler.plan import Planner
     from monobuild.compiler.schedule import load_schedule
 
     greedy = load_schedule("sm_90")
     greedy = dataclasses.replace(greedy, defaults=dataclasses.replace(greedy.defaults, ctas_per_sm=64))
-    monkeypatch.setattr(build_module, "plan_recipe", lambda recipe: Planner(recipe, greedy).plan())
     recipe = load_recipe(tiny_recipe(bands=[1], modes=["persistent"]))
     with pytest.raises(Refusal, match=r"layer.r1t1.persistent: the schedule asks for 256 co-resident CTAs "
                                       r"\(64 per SM/CU\) but the compiled program fits \d+"):
-        build_module.build(recipe, tmp_path / "out", tmp_path / "cache")
+        build(recipe, tmp_path / "out", tmp_path / "cache", schedule=greedy)
     assert not (tmp_path / "out").exists()

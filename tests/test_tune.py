@@ -1,0 +1,114 @@
+"""``monobuild tune`` on the CPU: the search compiles real candidates and writes a table that the
+planner then uses. The GPU clock is replaced by a cost model over the compiled packages (the one
+part of tuning a CPU cannot do); the GPU run is recorded in docs/PERFORMANCE.md."""
+
+import json
+import shutil
+from pathlib import Path
+
+import yaml
+from click.testing import CliRunner
+
+from monobuild.bench.tune import SEARCH, tune, write_table
+from monobuild.cli.main import main
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.schedule import load_schedule, read_schedule
+
+from .conftest import DATA, TINY_RECIPE
+
+
+class CostModelClock:
+    """Stands in for CUDA events: a made-up time from the compiled manifest, lowest for block_n 32
+    with 2 weight stages, so the search has a known optimum to find."""
+
+    device = "cost model (CPU test)"
+
+    def __init__(self):
+        self.timed = []
+
+    def __call__(self, package_dir: Path, band, mode: str) -> float:
+        manifest = json.loads((package_dir / "manifest.json").read_text())
+        layer = next(p for p in manifest["programs"] if p["kind"] == "layer")
+        cx = layer["constexprs"]
+        self.timed.append((band.name, mode, cx["BN"], cx["W_STAGES"]))
+        return 1.0 + (cx["BN"] != 32) + 0.5 * (cx["W_STAGES"] != 2)
+
+
+def _recipe(tmp_path: Path):
+    shutil.copy(DATA / "tiny-llama.json", tmp_path / "tiny-llama.json")
+    path = tmp_path / "tiny.yaml"
+    path.write_text(TINY_RECIPE)
+    return load_recipe(path)
+
+
+def test_search_finds_the_optimum_and_the_table_steers_the_planner(tmp_path):
+    recipe = _recipe(tmp_path)
+    band = recipe.deployment.bands[0]
+    clock = CostModelClock()
+    shipped = load_schedule("sm_90")
+    result = tune(recipe, shipped, (band,), tmp_path / "cache", jobs=2, timer=clock)
+
+    assert all(mode == "persistent" for _, mode, _, _ in clock.timed)
+    searched = 1 + sum(len(values) - 1 for _, values in SEARCH)
+    assert len(result.trials) <= searched and len(clock.timed) == len([t for t in result.trials if t.median_ms])
+    (winner_band, differs, measured), = result.winners
+    assert winner_band == band and dict(differs)["block_n"] == 32 and dict(differs)["weight_stages"] == 2
+    assert measured.startswith("1.000 ms (was 2.500 ms), cost model (CPU test), context 1024")
+
+    out = tmp_path / "sm_90.yaml"
+    write_table(Path(shipped.source), out, recipe, result)
+    text = out.read_text()
+    assert text.startswith("# Frozen schedule")  # the shipped header is kept
+    table = read_schedule(out)
+    entry = table.entry("layer", recipe.geometry.hidden, band.rows, band.tokens)
+    assert (entry.block_n, entry.weight_stages) == (32, 2)
+    other = recipe.deployment.bands[1]
+    assert table.entry("layer", recipe.geometry.hidden, other.rows, other.tokens) == table.defaults
+    layer = next(p for p in plan_recipe(recipe, table).programs if p.kind == "layer" and p.band == band)
+    assert (layer.constexpr("BN"), layer.constexpr("W_STAGES")) == (32, 2)
+
+    # tuning again replaces the band's entry instead of adding a second one, and the header stays one
+    write_table(out, out, recipe, result)
+    entries = yaml.safe_load(out.read_text())["entries"]
+    assert len(entries) == len(shipped.entries) + 1
+    assert [e["match"]["hidden"] for e in entries].count(recipe.geometry.hidden) == 1
+    assert out.read_text().count("# Frozen schedule") == 1
+
+
+def test_tune_without_a_gpu_is_refused_in_one_line(tmp_path):
+    recipe = _recipe(tmp_path)
+    result = CliRunner().invoke(main, ["tune", recipe.source, "--out", str(tmp_path / "t.yaml")])
+    assert result.exit_code == 2
+    assert "none is visible" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "t.yaml").exists()
+
+
+def test_tune_names_an_unknown_band(tmp_path):
+    recipe = _recipe(tmp_path)
+    result = CliRunner().invoke(main, ["tune", recipe.source, "--band", "r3t1"])
+    assert result.exit_code == 2
+    assert "r3t1" in result.output
+
+
+def test_compile_takes_a_tuned_table_and_names_bad_fields(tmp_path):
+    recipe = _recipe(tmp_path)
+    table = tmp_path / "tuned.yaml"
+    doc = yaml.safe_load(Path(load_schedule("sm_90").source).read_text())
+    doc["entries"] = [{"match": {"kind": "layer", "rows": 2}, "set": {"block_n": 32}, "measured": "by hand"}]
+    table.write_text(yaml.safe_dump(doc))
+    args = ["compile", recipe.source, "--out", str(tmp_path / "out"), "--cache", str(tmp_path / "cache"),
+            "--schedule", str(table)]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 0, result.output
+    manifest = json.loads((tmp_path / "out" / "tiny" / "sm_90" / "manifest.json").read_text())
+    block_n = {p["name"]: p["constexprs"]["BN"] for p in manifest["programs"] if p["kind"] == "layer"}
+    assert block_n["layer.r2t1.persistent"] == 32 and block_n["layer.r1t1.persistent"] == 16
+
+    for entry, field in (({"match": {"rows": 2}, "set": {"block_n": 24}}, "entries[0].set.block_n"),
+                         ({"match": {"rows": 2}, "why": "x"}, "entries[0].why"),
+                         ({"match": {"band": 2}}, "entries[0].match.band")):
+        doc["entries"] = [entry]
+        table.write_text(yaml.safe_dump(doc))
+        result = CliRunner().invoke(main, [*args[:-1], str(table)])
+        assert result.exit_code == 2 and f"{table}: {field}:" in result.output, result.output
