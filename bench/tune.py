@@ -52,12 +52,19 @@ class Trial:
 
 
 @dataclass(frozen=True)
+class Winner:
+    band: Band
+    differs: tuple[tuple[str, int], ...]  # the winning keys whose values differ from the defaults
+    measured: str  # where the number comes from: time (and the entry's before), device, context, date
+
+
+@dataclass(frozen=True)
 class TuneResult:
     recipe: str
     device: str
     context: int
     trials: tuple[Trial, ...]
-    winners: tuple[tuple[Band, tuple[tuple[str, int], ...], str], ...]  # band, keys ≠ defaults, provenance
+    winners: tuple[Winner, ...]
 
 
 def _match(recipe: Recipe, band: Band) -> tuple[tuple[str, object], ...]:
@@ -172,7 +179,7 @@ def tune(recipe: Recipe, schedule: Schedule, bands: tuple[Band, ...], cache_dir:
             start_ms = search.trials[0].median_ms
             measured = (f"{best_ms:.3f} ms" + (f" (was {start_ms:.3f} ms)" if start_ms else "")
                         + f", {timer.device}, context {context}, {datetime.date.today().isoformat()}")
-            winners.append((band, differs, measured))
+            winners.append(Winner(band, differs, measured))
             progress(f"{band.name}: best {_describe(tuple(sorted(best.items())))} at {best_ms:.3f} ms")
     return TuneResult(recipe.name, timer.device, context, tuple(trials), tuple(winners))
 
@@ -192,10 +199,10 @@ def write_table(source: Path, out: Path, recipe: Recipe, result: TuneResult) -> 
         header.append(line)
     doc = yaml.safe_load(text) or {}
     entries = list(doc.get("entries") or [])
-    for band, differs, measured in result.winners:
-        match = dict(_match(recipe, band))
+    for w in result.winners:
+        match = dict(_match(recipe, w.band))
         entries = [e for e in entries if e.get("match") != match]
-        entries.append({"match": match, "set": dict(differs), "measured": measured})
+        entries.append({"match": match, "set": dict(w.differs), "measured": w.measured})
     defaults = yaml.safe_dump({"defaults": doc.get("defaults")}, sort_keys=False, default_flow_style=False)
     listed = yaml.safe_dump({"entries": entries}, sort_keys=False, default_flow_style=None, width=120)
     out.write_text("\n".join(header) + "\n" + defaults + listed)

@@ -181,7 +181,6 @@ def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry, k_splits: KSpli
     return tuple(out)
 
 
-
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
                 "below that, and the step's own K/V come from qkv")
 _CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"

@@ -73,8 +73,8 @@ class CudaKernel:
 
         A cooperative grid of ``want`` × SMs CTAs is only spread evenly, ``want`` per SM, when no
         more fit: with room for one more, the hardware may stack three CTAs on some SMs and one on
-        others, and the busiest SM sets the pace (measured: Qwen3-8B's layer program, 8.0 ms at 2
-        per SM vs 10.3 ms when 3 fit). Returns what fits afterwards.
+        others, and the busiest SM sets the pace (H200, Llama-3.2-1B planned at 2 per SM with room
+        for 3: 1.37 ms unpinned, 1.15 ms pinned). Returns what fits afterwards.
         """
         fits = self.resident_ctas_per_sm()
         if fits <= want:

@@ -52,9 +52,9 @@ def test_search_finds_the_optimum_and_the_table_steers_the_planner(tmp_path):
     assert all(mode == "persistent" for _, mode, _, _ in clock.timed)
     searched = 1 + sum(len(values) - 1 for _, values in SEARCH)
     assert len(result.trials) <= searched and len(clock.timed) == len([t for t in result.trials if t.median_ms])
-    (winner_band, differs, measured), = result.winners
-    assert winner_band == band and dict(differs)["block_n"] == 32 and dict(differs)["weight_stages"] == 2
-    assert measured.startswith("1.000 ms (was 2.500 ms), cost model (CPU test), context 1024")
+    (winner,) = result.winners
+    assert winner.band == band and dict(winner.differs)["block_n"] == 32 and dict(winner.differs)["weight_stages"] == 2
+    assert winner.measured.startswith("1.000 ms (was 2.500 ms), cost model (CPU test), context 1024")
 
     out = tmp_path / "sm_90.yaml"
     write_table(Path(shipped.source), out, recipe, result)
