@@ -6,7 +6,8 @@ of ``SEARCH`` in turn tries each of its values, the other keys held at the best 
 candidate is compiled (the band's embed, persistent layer and head programs; the cache makes
 repeats free), loaded by the runtime, bound to one set of random weights and one KV cache shared
 by every candidate, and its whole decode step timed as CUDA-graph replays (median). A candidate
-the compiler refuses (its grid cannot be co-resident) is recorded with the reason and skipped.
+the compiler refuses (its grid cannot be co-resident) is recorded with the reason and tried once
+more a pipeline stage shallower.
 
 Only the layer programs are tuned: they are ≥ 90% of a step's bytes; the LM head already streams
 at the copy bandwidth (docs/PERFORMANCE.md). A band's winner is written as an entry matching
@@ -127,7 +128,13 @@ class _BandSearch:
         best_ms = self._measure([best])[0]
         for name, values in SEARCH:
             candidates = [{**best, name: v} for v in values if v != best[name]]
-            for settings, ms in zip(candidates, self._measure(candidates)):
+            times = self._measure(candidates)
+            # A candidate refused for residency gets one more try a pipeline stage shallower: its
+            # shared memory, not its tile, may be what did not fit (seen: Qwen3-8B at 8 rows never
+            # tried block_n 32, because 4 weight stages of it did not fit 2 CTAs per SM).
+            retries = [{**c, "weight_stages": c["weight_stages"] - 1} for c, ms in zip(candidates, times)
+                       if ms is None and c["weight_stages"] > 2]
+            for settings, ms in zip(candidates + retries, times + self._measure(retries)):
                 if ms is not None and (best_ms is None or ms < best_ms):
                     best, best_ms = settings, ms
         return best, best_ms

@@ -2,6 +2,7 @@
 planner then uses. The GPU clock is replaced by a cost model over the compiled packages (the one
 part of tuning a CPU cannot do); the GPU run is recorded in docs/PERFORMANCE.md."""
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -74,6 +75,21 @@ def test_search_finds_the_optimum_and_the_table_steers_the_planner(tmp_path):
     assert len(entries) == len(shipped.entries) + 1
     assert [e["match"]["hidden"] for e in entries].count(recipe.geometry.hidden) == 1
     assert out.read_text().count("# Frozen schedule") == 1
+
+
+def test_a_refused_candidate_is_retried_a_pipeline_stage_shallower(tmp_path):
+    """block_n 32 with 4 weight stages does not fit 2 CTAs per SM on the tiny recipe's programs;
+    the descent must then try block_n 32 with 3 stages (measured or refused in turn) instead of
+    giving block_n 32 up."""
+    recipe = _recipe(tmp_path)
+    shipped = load_schedule("sm_90")
+    deep = dataclasses.replace(shipped, defaults=dataclasses.replace(shipped.defaults, weight_stages=4))
+    result = tune(recipe, deep, (recipe.deployment.bands[0],), tmp_path / "cache", jobs=2, timer=CostModelClock())
+    tried = {dict(t.settings)["block_n"]: [] for t in result.trials}
+    for t in result.trials:
+        tried[dict(t.settings)["block_n"]].append((dict(t.settings)["weight_stages"], t.median_ms is not None))
+    assert (4, False) in tried[32], "the test's premise: block_n 32 at 4 stages is refused"
+    assert 3 in [stages for stages, _ in tried[32]]
 
 
 def test_tune_without_a_gpu_is_refused_in_one_line(tmp_path):
