@@ -1,0 +1,40 @@
+"""The planner's split-K choice, and the agreement the hidden state's layout needs: the embedding,
+every layer program and the head of a band must store and read the same number of partials."""
+
+from pathlib import Path
+
+import pytest
+
+from monobuild.compiler.plan import plan_recipe, split_k
+from monobuild.compiler.recipe import load_recipe
+
+RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("tiles,k,block_k,grid,cap,want", [
+    (128, 2048, 256, 264, 8, 2),   # Llama-3.2-1B o at 2 CTAs/SM: 128 tiles leave half the CTAs idle
+    (128, 8192, 256, 264, 8, 2),   # its down: 4 splits would give 2 tasks of K/4 each, no better
+    (128, 2048, 256, 264, 1, 1),   # the cap
+    (256, 4096, 256, 264, 8, 1),   # Qwen3-8B o: every CTA already has a tile
+    (128, 384, 256, 264, 8, 1),    # K not a whole number of chunks per split
+    (64, 2048, 256, 132, 8, 2),    # block_n 32 at 1 CTA/SM
+])
+def test_split_k_minimises_the_busiest_ctas_bytes(tiles, k, block_k, grid, cap, want):
+    assert split_k(tiles, k, block_k, grid, cap) == want
+
+
+@pytest.mark.parametrize("recipe", RECIPES, ids=[r.stem for r in RECIPES])
+def test_every_program_of_a_band_agrees_on_the_hidden_states_partials(recipe):
+    plan = plan_recipe(load_recipe(recipe))
+    for step in plan.steps:
+        programs = {launch.program: plan.program(launch.program) for launch in step.launches}
+        shapes = {name: next(r.shape for r in p.regions if r.name in ("x_in", "x_out"))
+                  for name, p in programs.items()}
+        assert len(set(shapes.values())) == 1, shapes
+        parts = next(iter(shapes.values()))[0]
+        for p in programs.values():
+            cx = dict(p.constexprs)
+            assert cx.get("X_PARTS", cx.get("DOWN_SPLIT")) == parts, p.name
+            for stage in p.stages:
+                if stage.name in ("o", "down"):
+                    assert stage.tasks % cx[f"{stage.name.upper()}_SPLIT"] == 0, p.name
