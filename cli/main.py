@@ -51,19 +51,23 @@ def main():
 @click.option("--debug-wait-spins", type=click.IntRange(1),
               help="Debug build (recipe name + '-debug'): each wait gives up after N polls and the runtime "
                    "raises WaitTimeout naming the CTA, counter and epoch, instead of hanging the GPU.")
+@click.option("--stage-clock", is_flag=True,
+              help="Profiling build (recipe name + '-clock'): every CTA records its SM and the global timer at "
+                   "each stage's start and end; tools/stage_clock.py reads them (sm_90).")
 @click.option("--schedule", "schedule_path", type=click.Path(path_type=Path),
               help="Use this schedule table instead of the shipped schedules/<target>.yaml (e.g. one "
                    "`monobuild tune --out` wrote, or an ablation).")
 @_one_line_errors
-def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins, schedule_path):  # noqa: A001 - the command's name
+def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins, stage_clock, schedule_path):  # noqa: A001 (the name)
     """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
-    from ..compiler.build import build, retarget, with_debug_waits
+    from ..compiler.build import build, retarget, with_debug_waits, with_stage_clock
     from ..compiler.env import default_cache_dir
     from ..compiler.recipe import load_recipe
     from ..compiler.schedule import read_schedule
 
     # validate all before writing
-    loaded = [with_debug_waits(retarget(load_recipe(path), target), debug_wait_spins) for path in recipes]
+    loaded = [with_stage_clock(with_debug_waits(retarget(load_recipe(path), target), debug_wait_spins), stage_clock)
+              for path in recipes]
     schedule = read_schedule(schedule_path) if schedule_path else None
     cache_dir = cache_dir or default_cache_dir()
     for recipe in loaded:

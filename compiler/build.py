@@ -48,6 +48,13 @@ def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:
     return replace(recipe, name=f"{recipe.name}-debug", deployment=replace(recipe.deployment, debug_wait_spins=spins))
 
 
+def with_stage_clock(recipe: Recipe, on: bool) -> Recipe:
+    """The recipe's profiling build (``--stage-clock``): every CTA clocks its stages."""
+    if not on:
+        return recipe
+    return replace(recipe, name=f"{recipe.name}-clock", deployment=replace(recipe.deployment, stage_clock=True))
+
+
 def _compile_one(args: tuple[Program, Target]) -> CodeObject:
     program, target = args
     return compile_program(program, target)
@@ -70,8 +77,11 @@ def _refuse_unresident(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject])
 def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
           progress: Callable[[int, int, str], None] | None = None, schedule: Schedule | None = None) -> BuildResult:
     """Compile ``recipe`` into ``out_dir``; ``schedule`` replaces the target's shipped table (tuning)."""
-    plan: Plan = plan_recipe(recipe, schedule)
     target = recipe.deployment.target
+    if recipe.deployment.stage_clock and not target.is_nvidia:
+        raise Refusal(recipe.source, f"stage_clock: profiling builds read the global timer with PTX (sm_90 only), "
+                                     f"not {target.name}")
+    plan: Plan = plan_recipe(recipe, schedule)
     digest = emitter_digest()
     cache = CodeCache(cache_dir)
     programs = {p.name: emit(recipe, p) for p in plan.programs}

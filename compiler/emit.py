@@ -54,8 +54,9 @@ def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
         Arg("bt_stride", "i32"), Arg("context_lens", i32), Arg("positions", i32), Arg("rope", f32),
         Arg("qkv", f32), Arg("part_acc", f32), Arg("part_ml", f32), Arg("attn_out", w), Arg("x1", f32),
         Arg("h", w), Arg("x_hat_qkv", w), Arg("x_hat_up", w), Arg("counters", "*i64"), Arg("hang_log", "*i64"),
+        Arg("stage_clock", "*i64"),
     ]
-    dropped = [] if d.debug_wait_spins else ["hang_log"]
+    dropped = _debug_args_dropped(recipe)
     if not g.qkv_bias:
         dropped.append("b_qkv")
     if not g.qk_norm:
@@ -67,8 +68,14 @@ def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
     args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
             Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("x_hat", w),
-            Arg("counters", "*i64"), Arg("hang_log", "*i64")]
-    return args, [] if recipe.deployment.debug_wait_spins else ["hang_log"]
+            Arg("counters", "*i64"), Arg("hang_log", "*i64"), Arg("stage_clock", "*i64")]
+    return args, _debug_args_dropped(recipe)
+
+
+def _debug_args_dropped(recipe: Recipe) -> list[str]:
+    """The debug and profiling arguments a production build leaves out of the ABI."""
+    d = recipe.deployment
+    return ([] if d.debug_wait_spins else ["hang_log"]) + ([] if d.stage_clock else ["stage_clock"])
 
 
 def _embed_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:

@@ -29,7 +29,7 @@ def _deployment_json(recipe: Recipe) -> dict:
         "dtype": d.dtype, "kv_cache": {"dtype": d.kv_cache.dtype, "block_size": d.kv_cache.block_size},
         "bands": [{"rows": b.rows, "tokens": b.tokens} for b in d.bands], "max_context": d.max_context,
         "head": d.head, "modes": list(d.modes), "lifetime_steps": d.lifetime_steps,
-        "debug_wait_spins": d.debug_wait_spins,
+        "debug_wait_spins": d.debug_wait_spins, "stage_clock": d.stage_clock,
     }
 
 

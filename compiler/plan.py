@@ -20,6 +20,7 @@ DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 LAYER_STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 HEAD_STAGES = ("logits", "argmax")
 HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
+CLOCK_SLOTS = 16  # int64 per CTA in a profiling build's stage_clock: the SM id, then (start, end) per stage
 
 
 @dataclass(frozen=True)
@@ -252,7 +253,7 @@ class Planner:
     def _common(self, band: Band) -> dict:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
                 "DOT_IEEE": self.recipe.deployment.dtype == "fp32", "WAIT_SPINS": self.recipe.deployment.debug_wait_spins,
-                "HANG_SLOTS": HANG_SLOTS}
+                "HANG_SLOTS": HANG_SLOTS, "CLOCK": self.recipe.deployment.stage_clock, "CLOCK_SLOTS": CLOCK_SLOTS}
 
     def _k_splits(self, band: Band) -> KSplits:
         g, d = self.recipe.geometry, self.recipe.deployment

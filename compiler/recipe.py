@@ -60,6 +60,9 @@ class Deployment:
     # Debug builds only: a wait gives up after this many polls of its counter and records which
     # CTA waited on which counter for which target (0: wait forever, the production build).
     debug_wait_spins: int = 0
+    # Profiling builds only: every CTA records the SM it runs on and the global timer when each
+    # stage starts (after its wait) and ends (before its signal), into a ``stage_clock`` buffer.
+    stage_clock: bool = False
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Recipe:
 
 _KNOWN_KEYS = {
     "config", "target", "sm_count", "dtype", "kv_cache", "bands", "verify", "max_context", "head",
-    "modes", "lifetime_steps", "debug_wait_spins",
+    "modes", "lifetime_steps", "debug_wait_spins", "stage_clock",
 }
 
 
@@ -84,6 +87,12 @@ def _int(src: str, field: str, value, *, minimum: int = 1) -> int:
         raise InputError(src, field, f"expected an integer, got {value!r}")
     if value < minimum:
         raise InputError(src, field, f"must be ≥ {minimum}, got {value}")
+    return value
+
+
+def _bool(src: str, field: str, value) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(src, field, f"expected true or false, got {value!r}")
     return value
 
 
@@ -148,6 +157,7 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         modes=tuple(sorted(set(modes), key=MODES.index)),
         lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15)),
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
+        stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
     )
 
 

@@ -33,7 +33,8 @@ class StepInputs:
 
 class StepBuffers:
     def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
-                 device=None, poison: bool = False, rope: torch.Tensor | None = None, hang_slots: int = 0):
+                 device=None, poison: bool = False, rope: torch.Tensor | None = None, hang_slots: int = 0,
+                 clock_shape: tuple[int, int] = (0, 0)):
         regions = list(regions)
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         for r in regions:
@@ -51,6 +52,8 @@ class StepBuffers:
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
         self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
+        # profiling builds: per launch, per CTA, the SM id then (start, end) ns per stage
+        self.stage_clock = torch.zeros(launches, *clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry["layers"]
 
@@ -71,7 +74,7 @@ class StepBuffers:
             "embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head,
             "tokens": inputs.tokens, "positions": inputs.positions, "block_tables": inputs.block_tables,
             "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[launch],
-            "hang_log": self.hang_log,
+            "hang_log": self.hang_log, "stage_clock": self.stage_clock[launch],
         }
         if name in table:
             return table[name]

@@ -62,8 +62,12 @@ class _BandStep:
         used = {launch.program for launch in spec.launches}
         regions = [r for name in sorted(used) for r in programs[name].regions]
         slots = max((dict(programs[n].constexprs).get("HANG_SLOTS", 0) for n in used), default=0)
+        clocked = [programs[n] for n in used if any(a.name == "stage_clock" for a in programs[n].args)]
+        clock_shape = ((max(p.grid for p in clocked), dict(clocked[0].constexprs)["CLOCK_SLOTS"]) if clocked
+                       else (0, 0))
         self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
-                                   deployment["max_context"], device, rope=rope, hang_slots=slots)
+                                   deployment["max_context"], device, rope=rope, hang_slots=slots,
+                                   clock_shape=clock_shape)
         self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
         m, rows = self.band.m, self.band.rows
         i32 = dict(dtype=torch.int32, device=device)
@@ -174,6 +178,14 @@ class DecodeStep:
         m = rows * tokens
         self._last = (band, m)
         return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]
+
+    def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, StepSpec]:
+        """A profiling build's clocks (``--stage-clock``) of the last step run in the band serving
+        rows × tokens: [launches, CTAs, slots] int64 on the device, and the band's launches."""
+        band = self.band_for(rows, tokens)
+        if band.buffers.stage_clock.numel() == 0:
+            raise StepInputError(f"{self.package.path}: not a profiling build (compile with --stage-clock)")
+        return band.buffers.stage_clock, band.spec
 
     @property
     def logits(self) -> torch.Tensor:

@@ -44,5 +44,5 @@ def compile_tiny(root: Path, *options: str) -> tuple[Path, Path]:
                                        str(root / "cache"), "--jobs", "2", *options])
     assert result.exit_code == 0, result.output
     target = options[options.index("--target") + 1] if "--target" in options else "sm_90"
-    name = "tiny-debug" if "--debug-wait-spins" in options else "tiny"
+    name = "tiny" + ("-debug" if "--debug-wait-spins" in options else "") + ("-clock" if "--stage-clock" in options else "")
     return recipe, root / "out" / name / target

@@ -67,6 +67,7 @@ def _error(tiny_recipe, **overrides):
     ({"verify": {"rows": 4, "tokens": 6}}, "verify"),
     ({"max_context": 10**7}, "max_context"),
     ({"colour": "blue"}, "colour"),
+    ({"stage_clock": "yes"}, "stage_clock"),
     ({"config": "missing.json"}, "config"),
 ])
 def test_bad_recipe_names_file_and_field(tiny_recipe, overrides, field):

@@ -220,3 +220,37 @@ def test_runtime_runs_without_the_compiler(tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("ok")
+
+
+CLOCKED = Path(PACKAGES) / "llama-3.2-1b-sm_90-clock" / "sm_90"
+
+
+@pytest.mark.skipif(not (CLOCKED / "manifest.json").exists(),
+                    reason="MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-sm_90-clock (compile --stage-clock)")
+def test_a_clock_build_computes_the_same_step_and_clocks_every_stage(llama):
+    """The profiling build's logits equal the production build's, and every CTA of every clocked
+    launch wrote its SM and a start ≤ end per stage, the stages in order."""
+    pkg, weights = llama
+    clocked = runtime.load(CLOCKED)
+    logits = []
+    for p in (pkg, clocked):
+        cache = random_kv_cache(p, NUM_BLOCKS, 13)
+        case = random_case(p, _contexts(1, 1, 13, dead=False), 1, NUM_BLOCKS, 13)
+        step = p.bind(weights, cache, "persistent")
+        i = case.inputs
+        step(i.tokens, i.positions, i.block_tables, i.context_lens)
+        logits.append(step.logits.clone())
+    assert torch.equal(logits[0], logits[1])
+    clock, spec = step.stage_clock(1, 1)
+    clock = clock.cpu()
+    programs = {p.name: p for p in clocked.manifest.programs}
+    sms = torch.cuda.get_device_properties(clocked.device).multi_processor_count
+    for n, launch in enumerate(spec.launches):
+        p = programs[launch.program]
+        if p.kind == "embed":
+            continue
+        rows = clock[n, : p.grid]
+        assert ((rows[:, 0] >= 0) & (rows[:, 0] < sms)).all(), p.name
+        times = rows[:, 1 : 1 + 2 * len(p.stages)]
+        assert (times > 0).all(), f"{p.name}: a CTA left a stage unclocked"
+        assert (times[:, 1:] >= times[:, :-1]).all(), f"{p.name}: clocks out of order"

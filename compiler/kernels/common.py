@@ -52,6 +52,28 @@ def wait(counter_ptr, target, hang_log, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl
 
 
 @triton.jit
+def clock_start(clock_ptr, slot: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
+    """Profiling builds (CLOCK): a stage starts (its wait has returned). Writes the global timer
+    (ns) into ``slot`` of this CTA's ``stage_clock`` row and the SM it runs on into slot 0, both
+    after the wait, so nothing is stored before ``griddepcontrol.wait`` (contract C2)."""
+    if CLOCK:
+        row = clock_ptr + tl.program_id(0) * CLOCK_SLOTS
+        tl.store(row, tl.extra.cuda.smid().to(tl.int64))
+        tl.store(row + slot, tl.extra.cuda.globaltimer())
+
+
+@triton.jit
+def clock_end(clock_ptr, slot: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
+    """Profiling builds (CLOCK): a stage's work is done (before its signal); the timer into ``slot``.
+
+    Stage k's start is slot 1 + 2k and its end 2 + 2k, so per CTA the wait before stage k is
+    start_k − end_(k−1) and its work end_k − start_k.
+    """
+    if CLOCK:
+        tl.store(clock_ptr + tl.program_id(0) * CLOCK_SLOTS + slot, tl.extra.cuda.globaltimer())
+
+
+@triton.jit
 def step_epoch(counter_ptr, G: tl.constexpr):
     """This step's epoch, read before this CTA's first signal of the step.
 

@@ -9,7 +9,7 @@ as ``torch.argmax`` does).
 import triton
 import triton.language as tl
 
-from .common import load_act, signal, step_epoch, wait
+from .common import clock_end, clock_start, load_act, signal, step_epoch, wait
 from .layer import gemv_stage
 
 
@@ -34,11 +34,12 @@ def embed_kernel(tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.
 
 @triton.jit
 def head_kernel(
-    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, x_hat, counters, hang_log,
+    x_in, final_norm, w_head, logits, tile_max, tile_arg, next_ids, x_hat, counters, hang_log, stage_clock,
     H: tl.constexpr, H_P: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, X_PARTS: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
-    W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+    W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
+    CLOCK_SLOTS: tl.constexpr,
 ):
     """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring); x_in is the last
     layer's output, stored as X_PARTS split-K partials."""
@@ -47,10 +48,12 @@ def head_kernel(
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
     if FIRST <= 0 and LAST >= 0:
-        gemv_stage(pid, x_in, X_PARTS, final_norm, x_hat, w_head, logits, final_norm, x_in, 1, counters, 0, hang_log,
+        gemv_stage(pid, x_in, X_PARTS, final_norm, x_hat, w_head, logits, final_norm, x_in, 1,
+                   counters, 0, hang_log, stage_clock, 1,
                    N=V, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
             tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
             n = tl.arange(0, BN)
@@ -62,14 +65,17 @@ def head_kernel(
                 best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
                 tl.store(tile_max + r * TILES + tile, best, mask=r < M)
                 tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
+        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters)
         wait(counters, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     if FIRST <= 1 and LAST >= 1:
+        clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         t = tl.arange(0, TILES_P)
         for m in range(pid, M, G):
             vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
             args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
             best = tl.max(vals, axis=0)
             tl.store(next_ids + m, tl.min(tl.where(vals == best, args, V), axis=0))
+        clock_end(stage_clock, 4, CLOCK, CLOCK_SLOTS)

@@ -19,7 +19,19 @@ wait a CTA loads its first task's first weight chunk, so the wait hides under th
 import triton
 import triton.language as tl
 
-from .common import gemv, load_act, load_parts, load_w_chunk, mm, signal, stage_activation, step_epoch, wait
+from .common import (
+    clock_end,
+    clock_start,
+    gemv,
+    load_act,
+    load_parts,
+    load_w_chunk,
+    mm,
+    signal,
+    stage_activation,
+    step_epoch,
+    wait,
+)
 
 STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 
@@ -174,12 +186,13 @@ def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, 
 
 @triton.jit
 def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr,
-               RES_PARTS: tl.constexpr, wait_ptr, target, hang_log,
+               RES_PARTS: tl.constexpr, wait_ptr, target, hang_log, clock_ptr, CLOCK_START: tl.constexpr,
                N: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
                BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
                NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr,
-               W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
+               W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+               CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
     """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
 
     x̂ is RMSNorm(x) when NORM; x and the residual are stored as X_PARTS and RES_PARTS split-K
@@ -190,7 +203,8 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
     the residual. GATED tiles hold BN gate rows interleaved with BN up rows, so one product gives
     both and a split of the accumulator separates them. The CTA's first weight chunk is loaded
     before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``; WAIT=2: the previous launch
-    (programmatic dependent launch) — so the wait hides under it.
+    (programmatic dependent launch) — so the wait hides under it. A profiling build clocks the
+    stage's start into slot CLOCK_START once the wait returns.
     """
     WROWS: tl.constexpr = 2 * BN if GATED else BN
     TILES: tl.constexpr = (N + BN - 1) // BN
@@ -206,6 +220,7 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
         wait(wait_ptr, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     elif WAIT == 2:
         tl.extra.cuda.gdc_wait()
+    clock_start(clock_ptr, CLOCK_START, CLOCK, CLOCK_SLOTS)
     if NORM or X_PARTS > 1:
         x_cta = x_hat_ptr + pid * M * K
         stage_activation(x_ptr, X_PARTS, norm_ptr, x_cta, M, K, K_P, EPS, NORM)
@@ -239,7 +254,7 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log,
+    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock,
     H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
@@ -247,7 +262,7 @@ def layer_kernel(
     SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, O_SPLIT: tl.constexpr,
     DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
-    WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+    WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring).
 
@@ -262,47 +277,63 @@ def layer_kernel(
     if FIRST <= 0 and LAST >= 0:
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
-        gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT, counters, 0, hang_log,
+        gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
+                   counters, 0, hang_log, stage_clock, 1,
                    N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
         target = (step_epoch(counters, G) + 1) * G
         signal(counters + 0)
     if FIRST <= 1 and LAST >= 1:
         if PERSISTENT:
             wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
+        clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
             _attn_task(task, qkv, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
-                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES, QP, TP,
-                       QK_NORM, EPS, DOT_IEEE)
+                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES,
+                       QP, TP, QK_NORM, EPS, DOT_IEEE)
+        clock_end(stage_clock, 4, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 1)
     if FIRST <= 2 and LAST >= 2:
         if PERSISTENT:
             wait(counters + 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
+        clock_start(stage_clock, 5, CLOCK, CLOCK_SLOTS)
         for task in range(pid, M * NQ, G):
             _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
+        clock_end(stage_clock, 6, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 2)
     if FIRST <= 3 and LAST >= 3:
-        gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT, counters + 2, target, hang_log,
+        gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT,
+                   counters + 2, target, hang_log, stage_clock, 7,
                    N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
                    HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 8, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 3)
     if FIRST <= 4 and LAST >= 4:
-        gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT, counters + 3, target, hang_log,
+        gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
+                   counters + 3, target, hang_log, stage_clock, 9,
                    N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 10, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 4)
     if FIRST <= 5 and LAST >= 5:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
-        gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT, counters + 4, target, hang_log,
-                   N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS, NORM=False,
-                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS)
+        gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT,
+                   counters + 4, target, hang_log, stage_clock, 11,
+                   N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS,
+                   NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
+                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS,
+                   HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 12, CLOCK, CLOCK_SLOTS)

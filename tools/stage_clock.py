@@ -1,0 +1,54 @@
+"""Where a persistent step's time goes, per stage, from a profiling build's in-kernel clocks.
+
+Compile with ``monobuild compile RECIPE --stage-clock`` (the package is named <recipe>-clock),
+then on the GPU::
+
+    python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent]
+
+Runs the step a few times (eager), then prints per program stage, over the launches that ran it:
+the span (first CTA's start to last CTA's end, summed), the work per CTA and the wait before it
+(medians over launches of the median and the max over CTAs), and how the first layer launch's
+CTAs were spread over the SMs (bench/clock.py says what each column means).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from monobuild import runtime
+from monobuild.bench.cases import blocks_needed, random_case, random_kv_cache, random_state_dict
+from monobuild.bench.clock import placement, rows_text, stage_rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("package")
+    ap.add_argument("--band", default="r1t1")
+    ap.add_argument("--context", type=int, default=1024)
+    ap.add_argument("--mode", default="persistent", choices=("persistent", "staged"))
+    ap.add_argument("--repeats", type=int, default=5)
+    args = ap.parse_args()
+    pkg = runtime.load(args.package)
+    rows, tokens = (int(x) for x in args.band[1:].split("t"))
+    blocks = blocks_needed(pkg, rows, args.context)
+    step = pkg.bind(random_state_dict(pkg, 0), random_kv_cache(pkg, blocks, 0), args.mode)
+    i = random_case(pkg, [args.context] * rows, tokens, blocks, 0).inputs
+    for _ in range(args.repeats):
+        step(i.tokens, i.positions, i.block_tables, i.context_lens)
+    torch.cuda.synchronize()
+    clock, spec = step.stage_clock(rows, tokens)
+    clock = clock.cpu()
+    programs = {p.name: p for p in pkg.manifest.programs}
+    total = (clock[..., 2::2].max() - clock[..., 1::2][clock[..., 1::2] > 0].min()).item() / 1e6
+    print(f"{args.package} {args.band} ctx {args.context} {args.mode}: first start to last end {total:.3f} ms")
+    print(rows_text(stage_rows(clock, programs, spec.launches)))
+    first_layer = next(n for n, launch in enumerate(spec.launches) if programs[launch.program].kind == "layer")
+    grid = programs[spec.launches[first_layer].program].grid
+    print(f"CTAs per SM in the first layer launch ({grid} CTAs): "
+          + ", ".join(f"{n} SMs ran {c}" for c, n in placement(clock, first_layer, grid).items()))
+
+
+if __name__ == "__main__":
+    main()
