@@ -41,6 +41,7 @@ SEARCH: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("weight_stages", (2, 3, 4)),
     ("block_k", (256, 512)),
     ("max_split_k", (1, 8)),
+    ("max_split_qkv", (1, 8)),
 )
 
 

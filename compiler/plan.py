@@ -147,9 +147,10 @@ def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int) -> tup
 
 @dataclass(frozen=True)
 class KSplits:
-    """How many K splits the o and down GEMVs use. down's is also the number of partials the hidden
-    state between layers is stored as, so the embedding and the head of the band agree on it."""
+    """How many K splits the qkv, o and down GEMVs use. down's is also the number of partials the
+    hidden state between layers is stored as, so the embedding and the head of the band agree on it."""
 
+    qkv: int
     o: int
     down: int
 
@@ -170,7 +171,7 @@ def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
 
 def _with_tasks(stages: tuple[Stage, ...], bn: int, g: Geometry, k_splits: KSplits) -> tuple[Stage, ...]:
     rows = {"qkv": g.qkv_rows, "o": g.hidden, "up": g.intermediate, "down": g.hidden}
-    splits = {"o": k_splits.o, "down": k_splits.down}
+    splits = {"qkv": k_splits.qkv, "o": k_splits.o, "down": k_splits.down}
     out = []
     for s in stages:
         if s.name in rows:
@@ -193,7 +194,7 @@ def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits
     m, h, d = band.m, g.hidden, g.head_dim
     return (
         Region("x_in", "io", "fp32", (k_splits.down, m, h), None, ("qkv", "o")),
-        Region("qkv", "scratch", "fp32", (m, g.qkv_rows), "qkv", ("attn",)),
+        Region("qkv", "scratch", "fp32", (k_splits.qkv, m, g.qkv_rows), "qkv", ("attn",)),
         Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("part_acc", "scratch", "fp32", (m, g.q_heads, splits, d), "attn", ("combine",)),
@@ -260,7 +261,8 @@ class Planner:
         entry = self._entry("layer", band)
         grid, bn, bk = d.sm_count * entry.ctas_per_sm, entry.block_n, self._block_k(entry)
         tiles = -(-g.hidden // bn)
-        return KSplits(split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
+        return KSplits(split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv),
+                       split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
                        split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
 
     def _block_k(self, entry: ScheduleEntry) -> int:
@@ -300,7 +302,7 @@ class Planner:
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
             "KT": max(entry.kv_tile, d.kv_cache.block_size), "KV_STAGES": entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
-            "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
+            "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 

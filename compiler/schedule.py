@@ -27,14 +27,16 @@ class ScheduleEntry:
     max_splits: int
     weight_stages: int = 1
     max_split_k: int = 1
+    max_split_qkv: int = 1
     kv_tile: int = 16
     kv_stages: int = 1
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
-# weight_stages defaults to 1 (the register double-buffer), max_split_k to 1 (no K split),
-# kv_tile to 16 (one page of the usual block size per attention iteration), kv_stages to 1.
-_OPTIONAL = {"weight_stages", "max_split_k", "kv_tile", "kv_stages"}
+# weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
+# max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
+# iteration), kv_stages to 1.
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages"}
 _ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)

@@ -60,7 +60,7 @@ def main(case: dict, workdir: Path) -> dict:
 
     schedule = load_schedule("sm_90")
     if case.get("split_k"):
-        defaults = {**schedule.defaults.__dict__, "block_k": 64, "max_split_k": 8}
+        defaults = {**schedule.defaults.__dict__, "block_k": 64, "max_split_k": 8, "max_split_qkv": 8}
         schedule = parse_schedule({"defaults": defaults}, "split-k test schedule")
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
@@ -82,7 +82,7 @@ def main(case: dict, workdir: Path) -> dict:
         "ids_match": next_ids.long().tolist() == ref.argmax(-1).tolist(),
         "stray_kv_writes": sorted(map(list, touched - live_slots)),
         "kv_rel_err": kv_err,
-        "k_splits": [layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
+        "k_splits": [layer.constexpr("QKV_SPLIT"), layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
     }
 
 

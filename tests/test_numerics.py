@@ -2,7 +2,7 @@
 
 Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE and a Qwen3-like with
 q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band, and
-o/down split over K (the hidden state then travels as partial sums).
+qkv/o/down split over K (the hidden state then travels as partial sums).
 Fresh random weights, caches and inputs per case; every scratch and output buffer poisoned with
 NaN first. Bounds: fp32 ≤ 1e-4 and bf16 ≤ 1e-2 relative error of the logits (bf16 rounding of
 one activation is 2⁻⁹ ≈ 2e-3; a few such roundings per layer stay well under 1e-2).
@@ -23,7 +23,7 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 2, 1, [0, 250]),
     ("tiny-llama.json", "bf16", 2, 3, [40, 0]),
     ("tiny-qwen3.json", "fp32", 1, 6, [300]),
-    # o and down split over K (their partials summed by the readers): 16 SMs, 64-column chunks
+    # qkv, o and down split over K (their partials summed by the readers): 16 SMs, 64-column chunks
     ("tiny-llama.json", "fp32", 2, 1, [90, 17], "split_k"),
     ("tiny-qwen3.json", "bf16", 1, 6, [200], "split_k"),
 ]
@@ -48,4 +48,4 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     assert result["stray_kv_writes"] == [], f"{case}: KV slots written outside the live rows' new tokens"
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
     if variant == "split_k":
-        assert min(result["k_splits"]) > 1, f"{case}: the planner did not split o and down ({result['k_splits']})"
+        assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"

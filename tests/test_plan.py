@@ -18,6 +18,7 @@ RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.ya
     (256, 4096, 256, 264, 8, 1),   # Qwen3-8B o: every CTA already has a tile
     (128, 384, 256, 264, 8, 1),    # K not a whole number of chunks per split
     (64, 2048, 256, 132, 8, 2),    # block_n 32 at 1 CTA/SM
+    (96, 2048, 256, 132, 8, 4),    # Llama-3.2-1B qkv there: 96 tiles; 4 splits give 3 tasks of K/4
 ])
 def test_split_k_minimises_the_busiest_ctas_bytes(tiles, k, block_k, grid, cap, want):
     assert split_k(tiles, k, block_k, grid, cap) == want
@@ -36,5 +37,5 @@ def test_every_program_of_a_band_agrees_on_the_hidden_states_partials(recipe):
             cx = dict(p.constexprs)
             assert cx.get("X_PARTS", cx.get("DOWN_SPLIT")) == parts, p.name
             for stage in p.stages:
-                if stage.name in ("o", "down"):
+                if stage.name in ("qkv", "o", "down"):
                     assert stage.tasks % cx[f"{stage.name.upper()}_SPLIT"] == 0, p.name

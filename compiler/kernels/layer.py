@@ -2,7 +2,7 @@
 
 Stages (index, name, tasks):
 
-0. ``qkv``     RMSNorm(x_in) · W_qkvᵀ (+ bias) → qkv (raw, fp32)        tiles of BN rows of W_qkv
+0. ``qkv``     RMSNorm(x_in) · W_qkvᵀ (+ bias) → qkv (raw, fp32)        (tile of BN rows of W_qkv, K split)
 1. ``attn``    q/k norm, RoPE, new K/V appended to the paged cache (live rows only), split-KV
                attention over the cache plus the step's own tokens → partials (acc, max, sum)
                                                                         (row, KV head, split)
@@ -37,9 +37,10 @@ STAGES = ("qkv", "attn", "combine", "o", "up", "down")
 
 
 @triton.jit
-def _rope_rows(raw_ptr, row_off, col0, pos, rope_ptr, norm_ptr, valid,
-               D: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
-    """Rows of q or k heads from the raw qkv buffer, q/k-normed (Qwen3) and rotated (RoPE).
+def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr, row_off, col0, pos, rope_ptr, norm_ptr,
+               valid, D: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
+    """Rows of q or k heads from the raw qkv buffer (PARTS split-K partials), q/k-normed (Qwen3)
+    and rotated (RoPE).
 
     ``row_off[i]`` is the element offset of row i's token in qkv, ``col0[i]`` its head's first
     column, ``pos[i]`` its position. rotate_half pairs column d with d ± D/2, so the partner
@@ -48,8 +49,9 @@ def _rope_rows(raw_ptr, row_off, col0, pos, rope_ptr, norm_ptr, valid,
     HALF: tl.constexpr = D // 2
     d = tl.arange(0, D)
     partner = (d + HALF) % D
-    x = load_act(raw_ptr + row_off[:, None] + col0[:, None] + d[None, :], valid[:, None])
-    xp = load_act(raw_ptr + row_off[:, None] + col0[:, None] + partner[None, :], valid[:, None])
+    x = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + d[None, :], valid[:, None], PARTS, PART_STRIDE)
+    xp = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + partner[None, :], valid[:, None], PARTS,
+                    PART_STRIDE)
     if QK_NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + EPS)
         x = x * rstd[:, None] * tl.load(norm_ptr + d).to(tl.float32)[None, :]
@@ -74,13 +76,16 @@ def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
-def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr,
+def _attn_task(task, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr,
                block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
-               NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+               M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
                SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
                QP: tl.constexpr, TP: tl.constexpr,
                QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
-    """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens."""
+    """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
+
+    qkv holds QKV_PARTS split-K partials of the [M, NQKV] projection, added as they are loaded.
+    """
     GROUP: tl.constexpr = NQ // NKV
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     s = task % SPLITS
@@ -95,8 +100,8 @@ def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_c
     q_valid = (i < GROUP * TOKENS) & live
     q_tok = b * TOKENS + i % TOKENS
     q_pos = tl.load(positions_ptr + q_tok, mask=q_valid, other=0)
-    q = _rope_rows(qkv_ptr, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr, q_norm_ptr,
-                   q_valid, D, QK_NORM, EPS)
+    q = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr,
+                   q_norm_ptr, q_valid, D, QK_NORM, EPS)
     q = (q * (1.0 / tl.sqrt(float(D)))).to(kv_dtype)
 
     # The step's own tokens j' of row b: K (normed, rotated) and V, rounded as the cache stores them.
@@ -104,11 +109,11 @@ def _attn_task(task, qkv_ptr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_c
     n_valid = (jn < TOKENS) & live
     n_tok = b * TOKENS + jn
     n_pos = tl.load(positions_ptr + n_tok, mask=n_valid, other=0)
-    k_new = _rope_rows(qkv_ptr, n_tok * NQKV, (NQ + h) * D + jn * 0, n_pos, rope_ptr, k_norm_ptr,
-                       n_valid, D, QK_NORM, EPS).to(kv_dtype)
+    k_new = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, n_tok * NQKV, (NQ + h) * D + jn * 0, n_pos, rope_ptr,
+                       k_norm_ptr, n_valid, D, QK_NORM, EPS).to(kv_dtype)
     d = tl.arange(0, D)
-    v_new = load_act(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :],
-                     n_valid[:, None]).to(kv_dtype)
+    v_new = load_parts(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :],
+                       n_valid[:, None], QKV_PARTS, M * NQKV).to(kv_dtype)
 
     m_i = tl.full([QP], float("-inf"), tl.float32)
     l_i = tl.zeros([QP], tl.float32)
@@ -259,15 +264,16 @@ def layer_kernel(
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
     KV_STAGES: tl.constexpr,
-    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, O_SPLIT: tl.constexpr,
-    DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
+    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QKV_SPLIT: tl.constexpr,
+    O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
     WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring).
 
-    o and down may be split over K (O_SPLIT, DOWN_SPLIT): x1 is then stored as O_SPLIT partials,
-    and x_in and x_out — the hidden state between layers — as DOWN_SPLIT partials.
+    qkv, o and down may be split over K (QKV_SPLIT, O_SPLIT, DOWN_SPLIT): qkv is then stored as
+    QKV_SPLIT partials, x1 as O_SPLIT partials, and x_in and x_out — the hidden state between
+    layers — as DOWN_SPLIT partials.
     """
     M: tl.constexpr = ROWS * TOKENS
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
@@ -279,7 +285,7 @@ def layer_kernel(
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
         gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
                    counters, 0, hang_log, stage_clock, 1,
-                   N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
+                   N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
                    DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
@@ -292,8 +298,8 @@ def layer_kernel(
             wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
-            _attn_task(task, qkv, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
-                       context_lens, positions, part_acc, part_ml, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES,
+            _attn_task(task, qkv, QKV_SPLIT, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
+                       context_lens, positions, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES,
                        QP, TP, QK_NORM, EPS, DOT_IEEE)
         clock_end(stage_clock, 4, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
