@@ -64,6 +64,15 @@ def random_case(package, contexts: list[int], tokens_per_row: int, num_blocks: i
     return DecodeCase(inputs, tokens_per_row)
 
 
+def random_band_step(package, band: str, context: int, mode: str, seed: int = 0):
+    """A step of ``package`` in ``mode`` over random weights and cache, and inputs for the band
+    named ``band`` (r<rows>t<tokens>) with every row at ``context``: (step, inputs, rows, tokens)."""
+    rows, tokens = (int(x) for x in band[1:].split("t"))
+    blocks = blocks_needed(package, rows, context)
+    step = package.bind(random_state_dict(package, seed), random_kv_cache(package, blocks, seed), mode)
+    return step, random_case(package, [context] * rows, tokens, blocks, seed).inputs, rows, tokens
+
+
 def poison_past_context(caches, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int) -> None:
     """NaN into every slot of each live row's last page past its context (after this step's tokens).
 

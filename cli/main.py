@@ -252,12 +252,11 @@ def tune(recipe, bands, context, iters, out_path, jobs, cache_dir):
                                                f"{', '.join(b.name for b in loaded.deployment.bands)})")
     if not torch.cuda.is_available():
         raise InputError(str(recipe), "target", f"tuning times candidates on a {target} GPU; none is visible")
-    source = default_table(target)
-    out_path = out_path or source
-    schedule = read_schedule(out_path if out_path.exists() else source)
-    result = run_tune(loaded, schedule, chosen, cache_dir or default_cache_dir(), jobs, context, iters,
+    out_path = out_path or default_table(target)
+    table = out_path if out_path.exists() else default_table(target)  # an --out table is extended
+    result = run_tune(loaded, read_schedule(table), chosen, cache_dir or default_cache_dir(), jobs, context, iters,
                       lambda line: click.echo(line, err=True))
-    write_table(out_path if out_path.exists() else source, out_path, loaded, result)
+    write_table(table, out_path, loaded, result)
     click.echo("\n".join(as_trial_rows(result)))
     click.echo(f"wrote {len(result.winners)} entries to {out_path}")
 

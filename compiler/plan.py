@@ -17,8 +17,6 @@ from .recipe import Band, Recipe
 from .schedule import Schedule, ScheduleEntry, load_schedule
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
-LAYER_STAGES = ("qkv", "attn", "combine", "o", "up", "down")
-HEAD_STAGES = ("logits", "argmax")
 HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
 CLOCK_SLOTS = 16  # int64 per CTA in a profiling build's stage_clock: the SM id, then (start, end) per stage
 

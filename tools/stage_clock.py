@@ -18,7 +18,7 @@ import argparse
 import torch
 
 from monobuild import runtime
-from monobuild.bench.cases import blocks_needed, random_case, random_kv_cache, random_state_dict
+from monobuild.bench.cases import random_band_step
 from monobuild.bench.clock import placement, rows_text, stage_rows
 
 
@@ -31,10 +31,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     args = ap.parse_args()
     pkg = runtime.load(args.package)
-    rows, tokens = (int(x) for x in args.band[1:].split("t"))
-    blocks = blocks_needed(pkg, rows, args.context)
-    step = pkg.bind(random_state_dict(pkg, 0), random_kv_cache(pkg, blocks, 0), args.mode)
-    i = random_case(pkg, [args.context] * rows, tokens, blocks, 0).inputs
+    step, i, rows, tokens = random_band_step(pkg, args.band, args.context, args.mode)
     for _ in range(args.repeats):
         step(i.tokens, i.positions, i.block_tables, i.context_lens)
     torch.cuda.synchronize()

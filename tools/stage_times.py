@@ -15,7 +15,7 @@ from collections import defaultdict
 import torch
 
 from monobuild import runtime
-from monobuild.bench.cases import blocks_needed, random_case, random_kv_cache, random_state_dict
+from monobuild.bench.cases import random_band_step
 
 
 def main() -> None:
@@ -26,11 +26,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     pkg = runtime.load(args.package)
-    rows, tokens = (int(x) for x in args.band[1:].split("t"))
-    blocks = blocks_needed(pkg, rows, args.context)
-    step = pkg.bind(random_state_dict(pkg, 0), random_kv_cache(pkg, blocks, 0), "staged")
+    step, i, rows, tokens = random_band_step(pkg, args.band, args.context, "staged")
     band = step.band_for(rows, tokens)
-    i = random_case(pkg, [args.context] * rows, tokens, blocks, 0).inputs
     inputs = band.prepare(i.tokens, i.positions, i.block_tables, i.context_lens, pkg.device)
     stream = torch.cuda.current_stream().cuda_stream
     per_program = defaultdict(list)

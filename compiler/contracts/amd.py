@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from ...runtime.manifest import ProgramSpec
-from .plan_rules import cross_cta_params, kv_guard_params
+from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .violations import Violation
 
 _NAME = re.compile(r"%[\w.]+")
@@ -225,9 +225,7 @@ def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
     if guard is None:
         return []
     kv, lens = guard
-    return [Violation(p.name, _site(ins), "C4", "a store into the KV cache is not behind a branch on the row's "
-                                                "context length: a dead (padding) row would overwrite another "
-                                                "request's cache")
+    return [unguarded_kv_store(p, _site(ins), "a store (not behind a branch)")
             for ins in fn.instrs
             if ins.opcode == "store" and kv & fn.pointer_params(ins) and not fn.guarded_by(ins, lens)]
 

@@ -9,7 +9,7 @@ from, through the register dataflow.
 from __future__ import annotations
 
 from ...runtime.manifest import ProgramSpec
-from .plan_rules import cross_cta_params, kv_guard_params
+from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .ptx import Instr, Ptx
 from .violations import Violation
 
@@ -114,9 +114,7 @@ def _check_kv_stores(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     for ins in ptx.instrs:
         if ins.base in ("st", "atom", "red") and _is_global_memory(ins) and kv & ptx.address_params(ins) \
                 and lens not in ptx.predicate_loads(ins) and not ptx.never_executes(ins):
-            out.append(Violation(p.name, _site(ins), "C4",
-                                 f"`{ins.opcode}` into the KV cache is not guarded by the row's context length: a "
-                                 "dead (padding) row would overwrite another request's cache"))
+            out.append(unguarded_kv_store(p, _site(ins), f"`{ins.opcode}`"))
     return out
 
 

@@ -37,6 +37,13 @@ def kv_guard_params(p: ProgramSpec) -> tuple[set[int], int] | None:
     return kv, names.index("context_lens")
 
 
+def unguarded_kv_store(p: ProgramSpec, where: str, what: str) -> Violation:
+    """C4 (IR side, either target): ``what`` stores into the KV cache without a guard on the row's
+    context length."""
+    return Violation(p.name, where, "C4", f"{what} into the KV cache is not guarded by the row's context length: "
+                                          "a dead (padding) row would overwrite another request's cache")
+
+
 def _chain_gaps(p: ProgramSpec, first: int, last: int) -> list[tuple[str, str]]:
     """Consecutive stage pairs between stage indexes first and last that no sync edge joins."""
     names = [s.name for s in p.stages]

@@ -33,8 +33,6 @@ from .common import (
     wait,
 )
 
-STAGES = ("qkv", "attn", "combine", "o", "up", "down")
-
 
 @triton.jit
 def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr, row_off, col0, pos, rope_ptr, norm_ptr,
