@@ -298,7 +298,8 @@ class Planner:
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
-            "KT": max(entry.kv_tile, d.kv_cache.block_size), "KV_STAGES": entry.kv_stages, "SPLITS": splits,
+            "KT": max(entry.kv_tile, d.kv_cache.block_size), "LONG_KT": entry.long_kv_tile, "KV_STAGES": entry.kv_stages,
+            "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
         }

@@ -30,14 +30,16 @@ class ScheduleEntry:
     max_split_qkv: int = 1
     kv_tile: int = 16
     kv_stages: int = 1
+    long_kv_tile: int = 0
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
 # weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
-# iteration), kv_stages to 1.
-_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages"}
+# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration).
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile"}
 _ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
+_ZERO_IS_OFF = {"long_kv_tile"}  # 0 turns it off
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 
@@ -66,8 +68,11 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     if missing and not partial:
         raise InputError(src, f"{field}.{missing[0]}", "missing")
     for key, value in values.items():
+        if key in _ZERO_IS_OFF and type(value) is int and value == 0:
+            continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise InputError(src, f"{field}.{key}", f"expected a positive integer, got {value!r}")
+            wanted = "0 (off) or a power of two" if key in _ZERO_IS_OFF else "a positive integer"
+            raise InputError(src, f"{field}.{key}", f"expected {wanted}, got {value!r}")
         if key not in _ANY_POSITIVE and value & (value - 1):
             raise InputError(src, f"{field}.{key}", f"expected a power of two, got {value!r}")
     return values

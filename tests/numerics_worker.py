@@ -62,6 +62,9 @@ def main(case: dict, workdir: Path) -> dict:
     if case.get("split_k"):
         defaults = {**schedule.defaults.__dict__, "block_k": 64, "max_split_k": 8, "max_split_qkv": 8}
         schedule = parse_schedule({"defaults": defaults}, "split-k test schedule")
+    if case.get("long_kv"):  # splits of ≥ 64 cached tokens walk 64-token tiles, shorter ones 16-token tiles
+        defaults = {**schedule.defaults.__dict__, "kv_tile": 16, "long_kv_tile": 64}
+        schedule = parse_schedule({"defaults": defaults}, "long-kv-tile test schedule")
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
     step = InterpretedStep(plan, band, weights, k_caches, v_caches)
@@ -83,6 +86,8 @@ def main(case: dict, workdir: Path) -> dict:
         "stray_kv_writes": sorted(map(list, touched - live_slots)),
         "kv_rel_err": kv_err,
         "k_splits": [layer.constexpr("QKV_SPLIT"), layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
+        "kv_tiles": [layer.constexpr("KT"), layer.constexpr("LONG_KT")],
+        "attn_splits": layer.constexpr("SPLITS"),
     }
 
 

@@ -2,7 +2,8 @@
 
 Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE and a Qwen3-like with
 q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band, and
-qkv/o/down split over K (the hidden state then travels as partial sums).
+qkv/o/down split over K (the hidden state then travels as partial sums), and attention splits
+long enough for the long KV tile beside ones that walk the short tile.
 Fresh random weights, caches and inputs per case; every scratch and output buffer poisoned with
 NaN first. Bounds: fp32 ≤ 1e-4 and bf16 ≤ 1e-2 relative error of the logits (bf16 rounding of
 one activation is 2⁻⁹ ≈ 2e-3; a few such roundings per layer stay well under 1e-2).
@@ -26,6 +27,9 @@ CASES = [
     # qkv, o and down split over K (their partials summed by the readers): 16 SMs, 64-column chunks
     ("tiny-llama.json", "fp32", 2, 1, [90, 17], "split_k"),
     ("tiny-qwen3.json", "bf16", 1, 6, [200], "split_k"),
+    # a long row's splits walk long KV tiles, a short row's short ones, in one step
+    ("tiny-llama.json", "fp32", 2, 1, [300, 40], "long_kv"),
+    ("tiny-qwen3.json", "bf16", 2, 1, [45, 400], "long_kv"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
@@ -36,7 +40,8 @@ KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relativ
                               for c in CASES])
 def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens, variant, tmp_path):
     case = {"config": config, "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
-            "seed": int.from_bytes(os.urandom(4), "little"), "split_k": variant == "split_k"}
+            "seed": int.from_bytes(os.urandom(4), "little"), "split_k": variant == "split_k",
+            "long_kv": variant == "long_kv"}
     env = dict(os.environ, TRITON_INTERPRET="1")
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "numerics_worker.py"), json.dumps(case),
                            str(tmp_path)], env=env, capture_output=True, text=True, timeout=900)
@@ -49,3 +54,9 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
+    if variant == "long_kv":
+        short, long = result["kv_tiles"]
+        pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks
+        per_split = [-(-p // result["attn_splits"]) * 16 for p in pages]
+        assert any(n >= long for n in per_split) and any(0 < n < long for n in per_split), \
+            f"{case}: not one split of each kind ({per_split} cached tokens per split, tiles {short}/{long})"

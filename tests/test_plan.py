@@ -1,12 +1,15 @@
-"""The planner's split-K choice, and the agreement the hidden state's layout needs: the embedding,
-every layer program and the head of a band must store and read the same number of partials."""
+"""The planner's split-K choice, the agreement the hidden state's layout needs (the embedding,
+every layer program and the head of a band must store and read the same number of partials), and
+the long KV tile from the schedule to the programs."""
 
 from pathlib import Path
 
 import pytest
 
+from monobuild.compiler.errors import InputError
 from monobuild.compiler.plan import plan_recipe, split_k
 from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.schedule import load_schedule, parse_schedule
 
 RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
 
@@ -39,3 +42,24 @@ def test_every_program_of_a_band_agrees_on_the_hidden_states_partials(recipe):
             for stage in p.stages:
                 if stage.name in ("qkv", "o", "down"):
                     assert stage.tasks % cx[f"{stage.name.upper()}_SPLIT"] == 0, p.name
+
+
+@pytest.mark.parametrize("value,error", [(0, None), (256, None), (24, "expected a power of two"),
+                                         (-1, r"expected 0 \(off\) or a power of two"), (False, r"expected 0 \(off\)")])
+def test_long_kv_tile_is_off_at_zero_or_a_power_of_two(value, error):
+    defaults = {**load_schedule("sm_90").defaults.__dict__, "long_kv_tile": value}
+    if error is None:
+        assert parse_schedule({"defaults": defaults}, "t").defaults.long_kv_tile == value
+    else:
+        with pytest.raises(InputError, match=f"defaults.long_kv_tile: {error}"):
+            parse_schedule({"defaults": defaults}, "t")
+
+
+def test_shipped_long_kv_tiles_reach_the_layer_programs():
+    """Where the table sets long_kv_tile (Llama-3.2-1B's 1..8-row bands), the layer programs get it
+    as LONG_KT; elsewhere LONG_KT is 0 and the attention walks kv_tile tokens only."""
+    recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
+    for p in plan_recipe(recipe).programs:
+        if p.kind == "layer":
+            want = 0 if p.band.tokens > 1 else 256
+            assert p.constexpr("LONG_KT") == want, p.name

@@ -74,11 +74,39 @@ def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
+def _attend_pages(q, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, h, NKV: tl.constexpr,
+                  D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr, QP: tl.constexpr,
+                  DOT_IEEE: tl.constexpr):
+    """Online-softmax attention of q over the cached pages [first, end) of one row's block table
+    (``table_ptr``), KV head h: KT tokens (KT / BS pages) per iteration, KV_STAGES tiles in
+    flight (one page per iteration would pay a dependent block-table → K/V round trip for every
+    BS tokens). Returns (max, sum, acc), without the step's own tokens."""
+    m_i = tl.full([QP], float("-inf"), tl.float32)
+    l_i = tl.zeros([QP], tl.float32)
+    acc = tl.zeros([QP, D], tl.float32)
+    t = tl.arange(0, KT)
+    d = tl.arange(0, D)
+    for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
+        page = p0 + t // BS
+        block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
+        slot = (block * BS + t % BS) * NKV + h
+        # A page's slots past the context hold whatever the cache held (stale or never written,
+        # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
+        in_context = (page < end) & (page * BS + t % BS < cached)
+        k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
+        v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
+        scores = mm(q, k, DOT_IEEE)
+        scores = tl.where(in_context[None, :], scores, float("-inf"))
+        m_i, l_i, acc = _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
+    return m_i, l_i, acc
+
+
+@triton.jit
 def _attn_task(task, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr,
                block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
                M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
-               SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
-               QP: tl.constexpr, TP: tl.constexpr,
+               SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
+               KV_STAGES: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
                QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
 
@@ -113,30 +141,24 @@ def _attn_task(task, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_n
     v_new = load_parts(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :],
                        n_valid[:, None], QKV_PARTS, M * NQKV).to(kv_dtype)
 
-    m_i = tl.full([QP], float("-inf"), tl.float32)
-    l_i = tl.zeros([QP], tl.float32)
-    acc = tl.zeros([QP, D], tl.float32)
-
-    # This split's share of the cached positions [0, ctx - TOKENS), in whole pages, walked KT
-    # tokens (KT / BS pages) per iteration with KV_STAGES tiles in flight: one page per
-    # iteration would pay a dependent block-table → K/V round trip for every 16 tokens.
+    # This split's share of the cached positions [0, ctx - TOKENS), in whole pages. A split long
+    # enough for a LONG_KT tile walks LONG_KT tokens per iteration, else KT: long tiles measure
+    # faster at long contexts and slower at short ones, and only the run time knows the context.
     cached = tl.where(live, ctx - TOKENS, 0)
     pages = tl.cdiv(cached, BS)
     per_split = tl.cdiv(pages, SPLITS)
     first, end = s * per_split, tl.minimum(s * per_split + per_split, pages)
-    t = tl.arange(0, KT)
-    for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
-        page = p0 + t // BS
-        block = tl.load(block_tables_ptr + b * bt_stride + page, mask=page < end, other=0).to(tl.int64)
-        slot = (block * BS + t % BS) * NKV + h
-        # A page's slots past the context hold whatever the cache held (stale or never written,
-        # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
-        in_context = (page < end) & (page * BS + t % BS < cached)
-        k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
-        v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
-        scores = mm(q, k, DOT_IEEE)
-        scores = tl.where(in_context[None, :], scores, float("-inf"))
-        m_i, l_i, acc = _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
+    table = block_tables_ptr + b * bt_stride
+    if LONG_KT > KT:
+        if per_split * BS >= LONG_KT:
+            m_i, l_i, acc = _attend_pages(q, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV, D, BS,
+                                          LONG_KT, KV_STAGES, QP, DOT_IEEE)
+        else:
+            m_i, l_i, acc = _attend_pages(q, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV, D, BS, KT,
+                                          KV_STAGES, QP, DOT_IEEE)
+    else:
+        m_i, l_i, acc = _attend_pages(q, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV, D, BS, KT,
+                                      KV_STAGES, QP, DOT_IEEE)
 
     if s == SPLITS - 1:  # the last split also attends to the step's own tokens, causally
         scores = mm(q, k_new, DOT_IEEE)
@@ -261,9 +283,8 @@ def layer_kernel(
     H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
-    KV_STAGES: tl.constexpr,
-    SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QKV_SPLIT: tl.constexpr,
-    O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
+    LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr,
+    BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
     WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
@@ -297,8 +318,8 @@ def layer_kernel(
         clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
             _attn_task(task, qkv, QKV_SPLIT, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
-                       context_lens, positions, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS, KT, KV_STAGES,
-                       QP, TP, QK_NORM, EPS, DOT_IEEE)
+                       context_lens, positions, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT,
+                       KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
         clock_end(stage_clock, 4, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 1)
