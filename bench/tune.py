@@ -120,6 +120,12 @@ class _BandSearch:
                            deployment=replace(recipe.deployment, bands=(band,), modes=(mode,)))
         self.match = _match(recipe, band)
         self.start = schedule.entry("layer", recipe.geometry.hidden, band.rows, band.tokens)
+        # What the band's entry sets by hand beyond the searched keys (long_kv_tile: chosen from
+        # benches at long contexts, which a tune at one context cannot see): kept in every
+        # candidate and in the entry written back.
+        searched = {name for name, _ in SEARCH}
+        self.kept = {k: v for k, v in self.start.__dict__.items()
+                     if k not in searched and v != getattr(schedule.defaults, k)}
         self.cache_dir, self.jobs, self.timer, self.progress = cache_dir, jobs, timer, progress
         self.trials: list[Trial] = []
         self._measured: dict[tuple, float | None] = {}
@@ -161,7 +167,7 @@ class _BandSearch:
         out = self.scratch / f"candidate-{next(self._candidates)}"
         try:
             return build(self.sub, out, self.cache_dir, self.jobs,
-                         schedule=_with_entry(self.schedule, self.match, dict(key))).package
+                         schedule=_with_entry(self.schedule, self.match, {**self.kept, **dict(key)})).package
         except Refusal as e:
             return e
 
@@ -184,7 +190,8 @@ def tune(recipe: Recipe, schedule: Schedule, bands: tuple[Band, ...], cache_dir:
             if best_ms is None:
                 progress(f"{band.name}: every candidate was refused; its entry is left as it is")
                 continue
-            differs = tuple((k, v) for k, v in sorted(best.items()) if getattr(schedule.defaults, k) != v)
+            differs = tuple((k, v) for k, v in sorted({**search.kept, **best}.items())
+                            if getattr(schedule.defaults, k) != v)
             start_ms = search.trials[0].median_ms
             measured = (f"{best_ms:.3f} ms" + (f" (was {start_ms:.3f} ms)" if start_ms else "")
                         + f", {timer.device}, context {context}, {datetime.date.today().isoformat()}")

@@ -92,6 +92,28 @@ def test_a_refused_candidate_is_retried_a_pipeline_stage_shallower(tmp_path):
     assert 3 in [stages for stages, _ in tried[32]]
 
 
+def test_keys_the_search_does_not_cover_stay_in_every_candidate_and_in_the_entry(tmp_path):
+    """long_kv_tile is set by hand from long-context benches; a tune at one context must neither
+    build candidates without it nor write the band's entry back without it."""
+    recipe = _recipe(tmp_path)
+    band = recipe.deployment.bands[0]
+    shipped = load_schedule("sm_90")
+    match = (("hidden", recipe.geometry.hidden), ("kind", "layer"), ("rows", band.rows), ("tokens", band.tokens))
+    table = dataclasses.replace(shipped, entries=((match, (("long_kv_tile", 128),)),) + shipped.entries)
+    seen = []
+
+    class Clock(CostModelClock):
+        def __call__(self, package_dir, band, mode):
+            manifest = json.loads((package_dir / "manifest.json").read_text())
+            seen.append(next(p for p in manifest["programs"] if p["kind"] == "layer")["constexprs"]["LONG_KT"])
+            return super().__call__(package_dir, band, mode)
+
+    result = tune(recipe, table, (band,), tmp_path / "cache", jobs=2, timer=Clock())
+    assert seen and set(seen) == {128}
+    (winner,) = result.winners
+    assert dict(winner.differs)["long_kv_tile"] == 128 and dict(winner.differs)["block_n"] == 32
+
+
 def test_tune_without_a_gpu_is_refused_in_one_line(tmp_path):
     recipe = _recipe(tmp_path)
     result = CliRunner().invoke(main, ["tune", recipe.source, "--out", str(tmp_path / "t.yaml")])
