@@ -26,7 +26,7 @@ for stage in "$@"; do
     tests) timeout 300 python3 -m pytest -q -m gpu tests/test_runtime_gpu.py -x -s 2>&1 | tee "$OUT/tests.log" | tail -40 ;;
     check) timeout 200 python3 tools/transformers_check.py --packages "$PKGS" --models "$a" --rows "$b" --steps "$c" \
              --json "$OUT/check-${a//,/_}.json" 2>&1 | tee "$OUT/check-${a//,/_}.log" | grep -v Warning | tail -20 ;;
-    bench) timeout 200 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
+    bench) timeout 300 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
              $flags 2> "$OUT/$log.err" | tee "$OUT/$log.txt"; tail -3 "$OUT/$log.err" ;;
     stages) for band in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
     clock) for band in ${b//,/ }; do timeout 100 python3 tools/stage_clock.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/clock.txt"; done ;;
