@@ -127,7 +127,7 @@ class Plan:
         return total
 
 
-def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int) -> tuple[Stage, ...]:
+def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int, kv_tiles: str) -> tuple[Stage, ...]:
     h, d, m = g.hidden, g.head_dim, band.m
     bias = g.qkv_rows * w if g.qkv_bias else 0
     qk_norm = 2 * d * w if g.qk_norm else 0
@@ -135,7 +135,7 @@ def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int) -> tup
     return (
         Stage(0, "qkv", 0, "RMSNorm(x_in) · W_qkv rows", g.qkv_rows * h * w + bias + h * w, 0, m * h * 4),
         Stage(1, "attn", band.rows * g.kv_heads * splits, "(row, KV head, split): q/k norm, RoPE, KV append, "
-              "split-KV attention", qk_norm, kv_row, kv_row * band.tokens),
+              f"split-KV attention in {kv_tiles}", qk_norm, kv_row, kv_row * band.tokens),
         Stage(2, "combine", m * g.q_heads, "(token row, query head): merge split partials", 0, 0, 0),
         Stage(3, "o", 0, "attn_out · W_o rows + x_in", h * g.q_heads * d * w, 0, 0),
         Stage(4, "up", 0, "RMSNorm(x1) · W_gate|W_up rows, silu(g)·u", 2 * g.intermediate * h * w + h * w, 0, 0),
@@ -291,15 +291,16 @@ class Planner:
         full_grid = d.sm_count * entry.ctas_per_sm
         splits = self._splits(band, full_grid, entry)
         k_splits = self._k_splits(band)
-        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits), entry.block_n, g, k_splits)
+        kt, long_kt = max(entry.kv_tile, d.kv_cache.block_size), entry.long_kv_tile
+        kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens)" if long_kt > kt else "")
+        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits, kv_tiles), entry.block_n, g, k_splits)
         regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
-            "KT": max(entry.kv_tile, d.kv_cache.block_size), "LONG_KT": entry.long_kv_tile, "KV_STAGES": entry.kv_stages,
-            "SPLITS": splits,
+            "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
         }
