@@ -63,4 +63,11 @@ def test_stage_rows_reads_spans_work_and_waits(tmp_path):
     assert rows[(layer.name, "qkv")].wait_median_us is None  # a launch's first stage
     span = (100 * (layer.grid - 1) + 3_000) / 1e3  # first start to the slow CTA's end
     assert abs(attn.span_us - attn.launches * span) < 1e-6
+    # no CTA inside a stage between qkv's slow CTA ending and attn's first CTA starting
+    assert abs(attn.gap_us - attn.launches * (10 - span)) < 1e-6
+    # a layer launch's qkv: from the previous launch's last end (the embedding has no clocks,
+    # so the first layer's qkv has nothing before it and counts no gap)
+    qkv = rows[(layer.name, "qkv")]
+    last_stage = len(layer.stages) - 1
+    assert abs(qkv.gap_us - (qkv.launches - 1) * (1_000 - 10 * last_stage - span)) < 1e-6
     assert placement(clock, 1, layer.grid) == {layer.grid // 4: 4}

@@ -29,7 +29,8 @@ for stage in "$@"; do
     bench) timeout 300 python3 -m monobuild.cli.main bench "$PKGS/$a/sm_90" --context "$b" ${c:+--band ${c//,/ --band }} \
              $flags 2> "$OUT/$log.err" | tee "$OUT/$log.txt"; tail -3 "$OUT/$log.err" ;;
     stages) for band in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
-    clock) for band in ${b//,/ }; do timeout 100 python3 tools/stage_clock.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/clock.txt"; done ;;
+    clock) for band in ${b//,/ }; do timeout 100 python3 tools/stage_clock.py "$PKGS/$a/sm_90" --band "$band" \
+             --save "$OUT/clock-$a-$band.pt" 2>&1 | tee -a "$OUT/clock.txt"; done ;;
     hang) timeout 200 python3 tools/hang_check.py "$PKGS/$a/sm_90" 2>&1 | tee "$OUT/hang-check.txt" ;;
     compile) timeout 200 python3 -m monobuild.cli.main compile "recipes/$a.yaml" --out "$PKGS" --jobs 16 \
                $( [ -f "$OUT/sm_90.yaml" ] && echo --schedule "$OUT/sm_90.yaml" ) 2>&1 | tail -3 ;;

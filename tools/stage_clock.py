@@ -3,12 +3,14 @@
 Compile with ``monobuild compile RECIPE --stage-clock`` (the package is named <recipe>-clock),
 then on the GPU::
 
-    python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent]
+    python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent] [--save clock.pt]
 
 Runs the step a few times (eager), then prints per program stage, over the launches that ran it:
 the span (first CTA's start to last CTA's end, summed), the work per CTA and the wait before it
-(medians over launches of the median and the max over CTAs), and how the first layer launch's
-CTAs were spread over the SMs (bench/clock.py says what each column means).
+(medians over launches of the median and the max over CTAs), the gap before it in which no CTA
+was inside a stage (summed), and how the first layer launch's CTAs were spread over the SMs
+(bench/clock.py says what each column means). ``--save`` keeps the raw clocks (the
+[launches, CTAs, slots] tensor and each launch's program) for analysis off the device.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--mode", default="persistent", choices=("persistent", "staged"))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--save", help="write the raw clocks here (torch.save)")
     args = ap.parse_args()
     pkg = runtime.load(args.package)
     step, i, rows, tokens = random_band_step(pkg, args.band, args.context, args.mode)
@@ -40,7 +43,15 @@ def main() -> None:
     programs = {p.name: p for p in pkg.manifest.programs}
     total = (clock[..., 2::2].max() - clock[..., 1::2][clock[..., 1::2] > 0].min()).item() / 1e6
     print(f"{args.package} {args.band} ctx {args.context} {args.mode}: first start to last end {total:.3f} ms")
-    print(rows_text(stage_rows(clock, programs, spec.launches)))
+    rows = stage_rows(clock, programs, spec.launches)
+    print(rows_text(rows))
+    gaps = sum(r.gap_us for r in rows if r.gap_us is not None) / 1e3
+    print(f"between stages (no CTA inside one): {gaps:.3f} ms; in stages (spans): "
+          f"{sum(r.span_us for r in rows) / 1e3:.3f} ms")
+    if args.save:
+        torch.save({"clock": clock, "launches": [launch.program for launch in spec.launches],
+                    "package": args.package, "band": args.band, "context": args.context, "mode": args.mode},
+                   args.save)
     first_layer = next(n for n, launch in enumerate(spec.launches) if programs[launch.program].kind == "layer")
     grid = programs[spec.launches[first_layer].program].grid
     print(f"CTAs per SM in the first layer launch ({grid} CTAs): "
