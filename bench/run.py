@@ -58,10 +58,18 @@ class BenchResult:
     copy_gbps: float
     rows: tuple[BenchRow, ...]
 
+    def vs_one_row(self, row: BenchRow) -> float | None:
+        """The row's median over the 1-row step's (band r1t1) at the same context and mode, from
+        this run: the ratio issue 5's batch and verify-width targets are stated in. None when the
+        run has no such step."""
+        one = next((r for r in self.rows if r.band == "r1t1" and (r.context, r.mode) == (row.context, row.mode)), None)
+        return row.ours.median_ms / one.ours.median_ms if one else None
+
     def to_json(self) -> dict:
         doc = asdict(self)
         for row, out in zip(self.rows, doc["rows"]):
-            out |= {"gbps": row.gbps, "roofline_pct": row.roofline_pct, "speedup": row.speedup}
+            out |= {"gbps": row.gbps, "roofline_pct": row.roofline_pct, "speedup": row.speedup,
+                    "vs_one_row": self.vs_one_row(row)}
         return doc
 
 

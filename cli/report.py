@@ -95,15 +95,18 @@ def inspect_text(m: Manifest) -> str:
 
 
 def bench_text(result) -> str:
-    """The bench table: one line per band × context × mode."""
+    """The bench table: one line per band × context × mode; "×r1t1" is the band's median over the
+    1-row step's in the same run, context and mode (when the run has it)."""
     lines = [f"{result.package} on {result.device}; device-to-device copy {result.copy_gbps / 1e9:.0f} GB/s",
              f"{'band':6} {'ctx':>6} {'mode':10} {'MB moved':>9} {'roofline':>9} {'median':>9} {'p90':>9} "
-             f"{'GB/s':>6} {'%roof':>6} {'torch.compile+graph':>20} {'speedup':>8} {'base≠ours':>9}"]
+             f"{'GB/s':>6} {'%roof':>6} {'×r1t1':>6} {'torch.compile+graph':>20} {'speedup':>8} {'base≠ours':>9}"]
     for r in result.rows:
         base = f"{r.baseline.median_ms:.3f} ms" if r.baseline else "—"
         speed = f"{r.speedup:.2f}×" if r.speedup else "—"
         diff = f"{r.baseline_rel_diff:.1e}" if r.baseline_rel_diff is not None else "—"
+        ratio = result.vs_one_row(r)
+        vs_one = f"{ratio:.2f}×" if ratio is not None else "—"
         lines.append(f"{r.band:6} {r.context:>6} {r.mode:10} {r.bytes / 1e6:>9.1f} {r.roofline_ms:>6.3f} ms "
                      f"{r.ours.median_ms:>6.3f} ms {r.ours.p90_ms:>6.3f} ms {r.gbps:>6.0f} {r.roofline_pct:>5.1f}% "
-                     f"{base:>20} {speed:>8} {diff:>9}")
+                     f"{vs_one:>6} {base:>20} {speed:>8} {diff:>9}")
     return "\n".join(lines)

@@ -264,3 +264,23 @@ def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
     assert "… and 3 more (the log keeps 2)" in text
     assert [r.cta for r in raised.value.records] == [3, 6]
     assert not log.any() and not counters.any()
+
+
+def test_the_bench_table_states_each_band_against_the_one_row_step_of_the_same_run():
+    """Issue 5's batch and verify-width targets are ratios to the 1-row step measured in the same
+    run: the table and the JSON carry them, per context and mode, and only where that step ran."""
+    from monobuild.bench.run import BenchResult, BenchRow, Timing
+    from monobuild.cli.report import bench_text
+
+    def row(band, ms, context=1024, mode="persistent"):
+        return BenchRow(band, mode, context, 2_500_000_000, 0.6, Timing(ms, ms * 1.01), None, None)
+
+    result = BenchResult("pkg", "GPU", 4.27e12, (
+        row("r1t1", 0.9), row("r8t1", 1.35), row("r1t6", 1.17), row("r1t1", 1.0, mode="staged"),
+        row("r8t1", 1.5, mode="staged"), row("r8t1", 5.0, context=32768)))
+    ratios = [result.vs_one_row(r) for r in result.rows]
+    assert ratios[:5] == pytest.approx([1.0, 1.5, 1.3, 1.0, 1.5]) and ratios[5] is None
+    lines = bench_text(result).splitlines()
+    assert "×r1t1" in lines[1]
+    assert " 1.50× " in lines[3] and " 1.30× " in lines[4] and "—" in lines[7].split("%")[1]
+    assert [r["vs_one_row"] for r in result.to_json()["rows"]] == ratios
