@@ -12,7 +12,8 @@ Stages (index, name, tasks):
 5. ``down``    h · W_downᵀ + x1 → x_out                                 (tile of BN rows of W_down, K split)
 
 Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
-each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. Before each
+each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does (with PDL, the
+stage's griddepcontrol.wait on the launch before it). Before each
 wait a CTA loads its first task's first weight chunk, so the wait hides under that load.
 """
 
