@@ -150,6 +150,8 @@ def _attn_task(task, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_n
     per_split = tl.cdiv(pages, SPLITS)
     first, end = s * per_split, tl.minimum(s * per_split + per_split, pages)
     table = block_tables_ptr + b * bt_stride
+    # Spelled out per case: the tile is a constexpr, and Triton will not let one branch variable
+    # be a constant without the long tile and a runtime value with it.
     if LONG_KT > KT:
         if per_split * BS >= LONG_KT:
             m_i, l_i, acc = _attend_pages(q, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV, D, BS,
