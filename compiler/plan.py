@@ -339,16 +339,13 @@ class Planner:
             consts = {**cx, "G": full_grid, "FIRST": 0, "LAST": len(stages) - 1, "PDL": pdl}
             return (ProgramPlan(f"{kind}.{band.name}.persistent", kind, kernel, band, mode, stages, full_grid,
                                 entry.num_warps, regions, syncs, tuple(sorted(consts.items())), pdl, True, entry),)
-        # Staged launches may overlap their predecessor's tail too (schedule key staged_pdl): each
-        # then waits for it (griddepcontrol.wait) before reading what it wrote.
-        staged_pdl = pdl and bool(entry.staged_pdl)
         out = []
         for s in stages:
             grid = min(full_grid, s.tasks)
-            consts = {**cx, "G": grid, "FIRST": s.index, "LAST": s.index, "PDL": staged_pdl}
+            consts = {**cx, "G": grid, "FIRST": s.index, "LAST": s.index, "PDL": False}
             name = f"{kind}.{band.name}.{mode}" if mode == "persistent" else f"{kind}.{band.name}.{s.name}"
             out.append(ProgramPlan(name, kind, kernel, band, mode, (s,), grid, entry.num_warps, regions, (),
-                                   tuple(sorted(consts.items())), staged_pdl, False, entry))
+                                   tuple(sorted(consts.items())), False, False, entry))
         return tuple(out)
 
 

@@ -31,18 +31,15 @@ class ScheduleEntry:
     kv_tile: int = 16
     kv_stages: int = 1
     long_kv_tile: int = 0
-    staged_pdl: int = 0
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
 # weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
-# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
-# staged_pdl to 0 (staged launches do not overlap their predecessor).
-_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "staged_pdl"}
+# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration).
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile"}
 _ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
 _ZERO_IS_OFF = {"long_kv_tile"}  # 0 turns it off
-_SWITCHES = {"staged_pdl"}  # 0 (off) or 1 (on)
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 
@@ -71,10 +68,6 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     if missing and not partial:
         raise InputError(src, f"{field}.{missing[0]}", "missing")
     for key, value in values.items():
-        if key in _SWITCHES:
-            if type(value) is not int or value not in (0, 1):
-                raise InputError(src, f"{field}.{key}", f"expected 0 (off) or 1 (on), got {value!r}")
-            continue
         if key in _ZERO_IS_OFF and type(value) is int and value == 0:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

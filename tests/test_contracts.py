@@ -7,55 +7,29 @@ emitted IR (PTX for sm_90, LLVM IR for gfx950), as a compiler bug or a careless 
 import json
 import re
 import shutil
-from pathlib import Path
 
 import pytest
-import yaml
 from click.testing import CliRunner
 
 from monobuild.cli.main import main
 from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.contracts.ptx import parse_ptx
-from monobuild.compiler.schedule import load_schedule
 
 LAYER = "layer.r1t1.persistent"
-STAGED_ATTN = "layer.r1t1.attn"
 
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
-    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950, its
-    sm_90 debug build (waits that give up and log), and an sm_90 build whose staged launches use
-    PDL (schedule key staged_pdl); each must keep every contract."""
+    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950, and
+    its sm_90 debug build (waits that give up and log), which must keep every contract too."""
     from .conftest import compile_tiny
 
     root = tmp_path_factory.mktemp("contracts")
-    doc = yaml.safe_load(Path(load_schedule("sm_90").source).read_text())
-    doc["defaults"]["staged_pdl"] = 1
-    (root / "staged-pdl").mkdir()
-    table = root / "staged-pdl" / "sm_90.yaml"
-    table.write_text(yaml.safe_dump(doc))
-    staged_pdl_root = root / "staged-pdl"
     return {"sm_90": compile_tiny(root)[1], "gfx950": compile_tiny(root, "--target", "gfx950")[1],
-            "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1],
-            "sm_90-staged-pdl": compile_tiny(staged_pdl_root, "--schedule", str(table))[1]}
+            "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1]}
 
 
-def test_staged_launches_with_pdl_wait_for_their_predecessor_and_release_their_successor(packages):
-    """With staged_pdl every staged sm_90 program is launched with PDL, waits (griddepcontrol.wait)
-    before it reads what the launch before it wrote, and lets the next launch start early."""
-    manifest = json.loads((packages["sm_90-staged-pdl"] / "manifest.json").read_text())
-    staged = [p for p in manifest["programs"] if p["mode"] == "staged" and p["kind"] != "embed"]
-    assert staged
-    for p in staged:
-        ptx = (packages["sm_90-staged-pdl"] / "ir" / f"{p['name']}.ptx").read_text()
-        assert p["launch"]["pdl"] and p["constexprs"]["PDL"] is True, p["name"]
-        assert "griddepcontrol.wait" in ptx and "griddepcontrol.launch_dependents" in ptx, p["name"]
-    plain = json.loads((packages["sm_90"] / "manifest.json").read_text())
-    assert not any(p["launch"]["pdl"] for p in plain["programs"] if p["mode"] == "staged")
-
-
-@pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug", "sm_90-staged-pdl"])
+@pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug"])
 def test_unmutated_packages_pass(packages, target):
     report = check_package(packages[target])
     assert report.programs > 10
@@ -182,13 +156,6 @@ def extra_wait_site(pkg):
     _edit_lines(path, lambda lines: [*lines[:signal.line], *loop, *lines[signal.line:]])
 
 
-def staged_pdl_without_wait(pkg):
-    """A staged attention launch with PDL whose griddepcontrol.wait is gone: it would read qkv
-    before the qkv launch finished, and its stores could land while that launch still runs."""
-    path = _ir(pkg, "ptx", STAGED_ATTN)
-    _edit_lines(path, lambda lines: [x for x in lines if "griddepcontrol.wait" not in x])
-
-
 def epochs_wrap(pkg):
     _edit_manifest(pkg, lambda d: d["deployment"].__setitem__("lifetime_steps", 2**62))
 
@@ -250,7 +217,6 @@ DEFECTS = [
     ("sm_90", pdl_without_wait, "C2", "ptx"),
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
-    ("sm_90-staged-pdl", staged_pdl_without_wait, "C2", "ptx"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),
     ("gfx950", amd_dead_row_stores, "C4", "llir block"),
     ("gfx950", amd_relaxed_wait, "I2", "llir block"),
@@ -263,11 +229,10 @@ def test_each_planted_defect_is_caught(packages, tmp_path, target, plant, contra
     shutil.copytree(packages[target], pkg)
     plant(pkg)
     report = check_package(pkg)
-    program = STAGED_ATTN if plant is staged_pdl_without_wait else LAYER
-    caught = [v for v in report.violations if v.contract == contract and v.program == program and v.where.startswith(where)]
+    caught = [v for v in report.violations if v.contract == contract and v.program == LAYER and v.where.startswith(where)]
     assert caught, "\n".join(v.line() for v in report.violations) or "no violation reported"
     if plant is not epochs_wrap:  # the lifetime is the deployment's: every persistent program wraps
-        assert all(v.program == program for v in report.violations), "the defect leaked into other programs' reports"
+        assert all(v.program == LAYER for v in report.violations), "the defect leaked into other programs' reports"
 
 
 def test_check_cli_exit_codes_and_lines(packages, tmp_path):

@@ -63,13 +63,3 @@ def test_shipped_long_kv_tiles_reach_the_layer_programs():
         if p.kind == "layer":
             want = 0 if p.band.tokens > 1 else 256
             assert p.constexpr("LONG_KT") == want, p.name
-
-
-@pytest.mark.parametrize("value,ok", [(0, True), (1, True), (2, False), (True, False)])
-def test_staged_pdl_is_a_switch(value, ok):
-    defaults = {**load_schedule("sm_90").defaults.__dict__, "staged_pdl": value}
-    if ok:
-        assert parse_schedule({"defaults": defaults}, "t").defaults.staged_pdl == value
-    else:
-        with pytest.raises(InputError, match=r"defaults.staged_pdl: expected 0 \(off\) or 1 \(on\)"):
-            parse_schedule({"defaults": defaults}, "t")

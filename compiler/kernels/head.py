@@ -47,8 +47,6 @@ def head_kernel(
     PERSISTENT: tl.constexpr = FIRST < LAST
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
-    if PDL and not PERSISTENT:  # a staged launch with PDL: the next launch may start at once
-        tl.extra.cuda.gdc_launch_dependents()
     if FIRST <= 0 and LAST >= 0:
         gemv_stage(pid, x_in, X_PARTS, final_norm, x_hat, w_head, logits, final_norm, x_in, 1,
                    counters, 0, hang_log, stage_clock, 1,
@@ -73,8 +71,6 @@ def head_kernel(
         signal(counters)
         wait(counters, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     if FIRST <= 1 and LAST >= 1:
-        if PDL and not PERSISTENT:
-            tl.extra.cuda.gdc_wait()
         clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         t = tl.arange(0, TILES_P)
         for m in range(pid, M, G):

@@ -12,8 +12,7 @@ Stages (index, name, tasks):
 5. ``down``    h · W_downᵀ + x1 → x_out                                 (tile of BN rows of W_down, K split)
 
 Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
-each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does (with PDL, the
-stage's griddepcontrol.wait on the launch before it). Before each
+each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. Before each
 wait a CTA loads its first task's first weight chunk, so the wait hides under that load.
 """
 
@@ -300,20 +299,15 @@ def layer_kernel(
     M: tl.constexpr = ROWS * TOKENS
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     PERSISTENT: tl.constexpr = FIRST < LAST
-    GRID_WAIT: tl.constexpr = 2 if PDL else 0  # how a staged stage waits for the launch before it
     pid = tl.program_id(0)
     target = 0
-    if PDL and not PERSISTENT:
-        # A staged launch with PDL lets the next launch start at once: its CTAs take free SMs
-        # and wait in griddepcontrol.wait, which returns only when this grid has finished.
-        tl.extra.cuda.gdc_launch_dependents()
     if FIRST <= 0 and LAST >= 0:
         # With PDL this launch may start while the previous layer drains: weights do not depend
         # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
         gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
                    counters, 0, hang_log, stage_clock, 1,
                    N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS, NORM=True,
-                   HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=GRID_WAIT,
+                   HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
                    DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
@@ -323,8 +317,6 @@ def layer_kernel(
     if FIRST <= 1 and LAST >= 1:
         if PERSISTENT:
             wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
-        elif PDL:
-            tl.extra.cuda.gdc_wait()
         clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
         for task in range(pid, ROWS * NKV * SPLITS, G):
             _attn_task(task, qkv, QKV_SPLIT, rope, q_norm, k_norm, k_cache, v_cache, block_tables, bt_stride,
@@ -336,8 +328,6 @@ def layer_kernel(
     if FIRST <= 2 and LAST >= 2:
         if PERSISTENT:
             wait(counters + 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
-        elif PDL:
-            tl.extra.cuda.gdc_wait()
         clock_start(stage_clock, 5, CLOCK, CLOCK_SLOTS)
         for task in range(pid, M * NQ, G):
             _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
@@ -348,7 +338,7 @@ def layer_kernel(
         gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT,
                    counters + 2, target, hang_log, stage_clock, 7,
                    N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
-                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else GRID_WAIT,
+                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
                    DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 8, CLOCK, CLOCK_SLOTS)
@@ -358,19 +348,19 @@ def layer_kernel(
         gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
                    counters + 3, target, hang_log, stage_clock, 9,
                    N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
-                   HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else GRID_WAIT,
+                   HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
                    DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 10, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + 4)
     if FIRST <= 5 and LAST >= 5:
-        if PDL and PERSISTENT:
+        if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT,
                    counters + 4, target, hang_log, stage_clock, 11,
                    N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS,
                    NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
-                   WAIT=1 if PERSISTENT else GRID_WAIT, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS,
+                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS,
                    HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 12, CLOCK, CLOCK_SLOTS)
