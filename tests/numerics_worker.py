@@ -28,10 +28,21 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view(torch.int16) if t.element_size() == 2 else t.view(torch.int32)
 
 
+# Schedule defaults each test variant sets over the shipped table's.
+VARIANTS = {
+    # qkv, o and down split over K, in short chunks (with 16 SMs, more than o and down have tiles)
+    "split_k": {"block_k": 64, "max_split_k": 8, "max_split_qkv": 8},
+    # splits of ≥ 64 cached tokens walk 64-token tiles, shorter ones 16-token tiles
+    "long_kv": {"kv_tile": 16, "long_kv_tile": 64},
+    # the GEMVs' register double-buffer (the shipped table pipelines through shared memory)
+    "register_pipeline": {"weight_stages": 1},
+}
+
+
 def main(case: dict, workdir: Path) -> dict:
     rows, tokens, dtype = case["rows"], case["tokens"], case["dtype"]
     # A split case: more SMs than o/down have tiles, and short K chunks, so the planner splits K.
-    sm_count = 16 if case.get("split_k") else 4
+    sm_count = 16 if case["variant"] == "split_k" else 4
     doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
            "max_context": 512, "head": "ids", "modes": ["staged"]}
@@ -59,12 +70,9 @@ def main(case: dict, workdir: Path) -> dict:
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 
     schedule = load_schedule("sm_90")
-    if case.get("split_k"):
-        defaults = {**schedule.defaults.__dict__, "block_k": 64, "max_split_k": 8, "max_split_qkv": 8}
-        schedule = parse_schedule({"defaults": defaults}, "split-k test schedule")
-    if case.get("long_kv"):  # splits of ≥ 64 cached tokens walk 64-token tiles, shorter ones 16-token tiles
-        defaults = {**schedule.defaults.__dict__, "kv_tile": 16, "long_kv_tile": 64}
-        schedule = parse_schedule({"defaults": defaults}, "long-kv-tile test schedule")
+    if case["variant"]:
+        defaults = {**schedule.defaults.__dict__, **VARIANTS[case["variant"]]}
+        schedule = parse_schedule({"defaults": defaults}, f"{case['variant']} test schedule")
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
     step = InterpretedStep(plan, band, weights, k_caches, v_caches)

@@ -147,32 +147,27 @@ def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.co
 
 @triton.jit
 def gemv(x_ptr, w_ptr, rows, row_mask, w_first, k_lo, M: tl.constexpr, K: tl.constexpr, KS: tl.constexpr,
-         ROWS_P: tl.constexpr, BK: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
-    """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32.
+         ROWS_P: tl.constexpr, BK: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32, one weight
+    chunk in flight in registers.
 
     x is an [M, K] activation (fp32, or a staged x̂ in the weight dtype), cast to the weight dtype
-    before the product. With W_STAGES == 1, ``w_first`` is the first weight chunk, loaded by the
-    caller (before a sync wait, where there is one), and each iteration loads the next chunk
-    before it multiplies the current one. With W_STAGES > 1, Triton's software pipeliner keeps
-    W_STAGES - 1 weight chunks in flight through shared memory (``w_first`` is unused).
+    before the product. ``w_first`` is the first weight chunk, loaded by the caller (before a sync
+    wait, where there is one); each iteration loads the next chunk before it multiplies the
+    current one.
     """
     r = tl.arange(0, ROWS_P)
     acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
-    if W_STAGES == 1:
-        w = w_first
-        for k0 in range(k_lo, k_lo + KS, BK):
-            w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK)
-            acc += mm(_x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
-            w = w_next
-    else:
-        for k0 in tl.range(k_lo, k_lo + KS, BK, num_stages=W_STAGES):
-            w = load_w_chunk(w_ptr, rows, row_mask, k0, K, BK)
-            acc += mm(_x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
+    w = w_first
+    for k0 in range(k_lo, k_lo + KS, BK):
+        w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK)
+        acc += mm(x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
+        w = w_next
     return acc
 
 
 @triton.jit
-def _x_chunk(x_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+def x_chunk(x_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
     """Columns [k0, k0 + BK) of the activation's M rows (padding rows read as 0)."""
     k = k0 + tl.arange(0, BK)
     return tl.load(x_ptr + r[:, None] * K + k[None, :], mask=(r[:, None] < M) & (k[None, :] < K), other=0.0,

@@ -12,8 +12,10 @@ Stages (index, name, tasks):
 5. ``down``    h · W_downᵀ + x1 → x_out                                 (tile of BN rows of W_down, K split)
 
 Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
-each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. Before each
-wait a CTA loads its first task's first weight chunk, so the wait hides under that load.
+each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. A GEMV stage
+streams its weights through one software-pipelined loop over the CTA's (task, K chunk) pairs;
+with the register double-buffer instead (weight_stages 1) a CTA loads its first task's first
+weight chunk before each wait, so the wait hides under that load.
 """
 
 import triton
@@ -31,6 +33,7 @@ from .common import (
     stage_activation,
     step_epoch,
     wait,
+    x_chunk,
 )
 
 
@@ -212,6 +215,26 @@ def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, 
 
 
 @triton.jit
+def _store_tile(acc, tile, split, out_ptr, bias_ptr, residual_ptr, RES_PARTS: tl.constexpr, N: tl.constexpr,
+                M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                HAS_RESIDUAL: tl.constexpr, GATED: tl.constexpr):
+    """A task's epilogue: out[split, :M, tile] = acc (+ bias, + residual on split 0), or silu(g)·u."""
+    r = tl.arange(0, ROWS_P)
+    n = tile * BN + tl.arange(0, BN)
+    out_mask = (r[:, None] < M) & (n[None, :] < N)
+    if GATED:
+        gate, up = tl.split(tl.reshape(acc, [ROWS_P, BN, 2]))
+        out = gate / (1.0 + tl.exp(-gate)) * up
+    else:
+        out = acc
+    if HAS_BIAS:
+        out += tl.load(bias_ptr + n, mask=(n < N) & (split == 0), other=0.0).to(tl.float32)[None, :]
+    if HAS_RESIDUAL:
+        out += load_parts(residual_ptr + r[:, None] * N + n[None, :], out_mask & (split == 0), RES_PARTS, M * N)
+    tl.store(out_ptr + split * M * N + r[:, None] * N + n[None, :], out.to(out_ptr.dtype.element_ty), mask=out_mask)
+
+
+@triton.jit
 def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr,
                RES_PARTS: tl.constexpr, wait_ptr, target, hang_log, clock_ptr, CLOCK_START: tl.constexpr,
                N: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
@@ -228,21 +251,24 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
     streams that. A task is (output tile, K split): with SPLIT > 1 each task multiplies K / SPLIT
     columns and writes partial ``split`` of out (shape [SPLIT, M, N]); split 0 adds the bias and
     the residual. GATED tiles hold BN gate rows interleaved with BN up rows, so one product gives
-    both and a split of the accumulator separates them. The CTA's first weight chunk is loaded
-    before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``; WAIT=2: the previous launch
-    (programmatic dependent launch) — so the wait hides under it. A profiling build clocks the
-    stage's start into slot CLOCK_START once the wait returns.
+    both and a split of the accumulator separates them.
+
+    With W_STAGES > 1 a CTA's tasks are one software-pipelined loop over (task, K chunk), so
+    W_STAGES - 1 weight chunks stay in flight across task boundaries: a loop per task would
+    drain the pipeline and pay the memory latency again at every task (o and down have several
+    one- to four-chunk tasks per CTA). With W_STAGES == 1 the CTA's first weight chunk is loaded
+    before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``; WAIT=2: the previous
+    launch (programmatic dependent launch) — so the wait hides under it, and each task's loop
+    keeps one chunk in flight in registers. A profiling build clocks the stage's start into slot
+    CLOCK_START once the wait returns.
     """
     WROWS: tl.constexpr = 2 * BN if GATED else BN
     TILES: tl.constexpr = (N + BN - 1) // BN
     KS: tl.constexpr = K // SPLIT
     j = tl.arange(0, WROWS)
-    r = tl.arange(0, ROWS_P)
-    rows, row_mask = _tile_rows(pid % TILES, j, BN, N, GATED, INTER)
     if W_STAGES == 1:
+        rows, row_mask = _tile_rows(pid % TILES, j, BN, N, GATED, INTER)
         w_first = load_w_chunk(w_ptr, rows, row_mask & (pid < TILES * SPLIT), (pid // TILES) * KS, K, BK)
-    else:  # the pipelined loop loads its own chunks; this placeholder is dead code
-        w_first = tl.zeros([WROWS, BK], w_ptr.dtype.element_ty)
     if WAIT == 1:
         wait(wait_ptr, target, hang_log, WAIT_SPINS, HANG_SLOTS)
     elif WAIT == 2:
@@ -253,28 +279,34 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
         stage_activation(x_ptr, X_PARTS, norm_ptr, x_cta, M, K, K_P, EPS, NORM)
     else:
         x_cta = x_ptr
-    for task in range(pid, TILES * SPLIT, G):
-        tile = task % TILES
-        split = task // TILES
-        rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
-        acc = gemv(x_cta, w_ptr, rows, row_mask, w_first, split * KS, M, K, KS, ROWS_P, BK, DOT_IEEE, W_STAGES)
-        n = tile * BN + tl.arange(0, BN)
-        out_mask = (r[:, None] < M) & (n[None, :] < N)
-        if GATED:
-            gate, up = tl.split(tl.reshape(acc, [ROWS_P, BN, 2]))
-            out = gate / (1.0 + tl.exp(-gate)) * up
-        else:
-            out = acc
-        if HAS_BIAS:
-            out += tl.load(bias_ptr + n, mask=(n < N) & (split == 0), other=0.0).to(tl.float32)[None, :]
-        if HAS_RESIDUAL:
-            out += load_parts(residual_ptr + r[:, None] * N + n[None, :], out_mask & (split == 0), RES_PARTS, M * N)
-        tl.store(out_ptr + split * M * N + r[:, None] * N + n[None, :], out.to(out_ptr.dtype.element_ty),
-                 mask=out_mask)
-        if W_STAGES == 1:
+    if W_STAGES == 1:
+        for task in range(pid, TILES * SPLIT, G):
+            tile = task % TILES
+            split = task // TILES
+            rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
+            acc = gemv(x_cta, w_ptr, rows, row_mask, w_first, split * KS, M, K, KS, ROWS_P, BK, DOT_IEEE)
+            _store_tile(acc, tile, split, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, HAS_BIAS,
+                        HAS_RESIDUAL, GATED)
             rows, row_mask = _tile_rows((task + G) % TILES, j, BN, N, GATED, INTER)
             w_first = load_w_chunk(w_ptr, rows, row_mask & (task + G < TILES * SPLIT), ((task + G) // TILES) * KS,
                                    K, BK)
+    else:
+        CHUNKS: tl.constexpr = (KS + BK - 1) // BK
+        r = tl.arange(0, ROWS_P)
+        acc = tl.zeros([ROWS_P, WROWS], tl.float32)
+        for it in tl.range(0, tl.cdiv(TILES * SPLIT - pid, G) * CHUNKS, num_stages=W_STAGES):
+            task = pid + (it // CHUNKS) * G
+            chunk = it % CHUNKS
+            tile = task % TILES
+            split = task // TILES
+            rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
+            k0 = split * KS + chunk * BK
+            w = load_w_chunk(w_ptr, rows, row_mask, k0, K, BK)
+            acc += mm(x_chunk(x_cta, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
+            if chunk == CHUNKS - 1:
+                _store_tile(acc, tile, split, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, HAS_BIAS,
+                            HAS_RESIDUAL, GATED)
+                acc = tl.zeros([ROWS_P, WROWS], tl.float32)
 
 
 @triton.jit
@@ -302,8 +334,10 @@ def layer_kernel(
     pid = tl.program_id(0)
     target = 0
     if FIRST <= 0 and LAST >= 0:
-        # With PDL this launch may start while the previous layer drains: weights do not depend
-        # on it, so the first chunk is loaded before griddepcontrol.wait, activations after.
+        # With PDL this launch may start while the previous layer drains (where its CTAs fit
+        # beside the previous layer's): it reads nothing the previous layer wrote before
+        # griddepcontrol.wait (with the register double-buffer, its first weight chunk is loaded
+        # before it).
         gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
                    counters, 0, hang_log, stage_clock, 1,
                    N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS, NORM=True,
