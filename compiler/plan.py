@@ -263,6 +263,11 @@ class Planner:
                        split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
                        split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
 
+    @staticmethod
+    def _norm_rows(entry: ScheduleEntry, band: Band) -> int:
+        """Rows of x̂ a norm stage stages per load: the schedule's, at most the band's rows."""
+        return min(entry.norm_rows, next_pow2(band.m))
+
     def _block_k(self, entry: ScheduleEntry) -> int:
         return min(entry.block_k, next_pow2(self.recipe.geometry.hidden))
 
@@ -303,6 +308,7 @@ class Planner:
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
+            "NORM_ROWS": self._norm_rows(entry, band),
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -327,7 +333,7 @@ class Planner:
                         Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
-              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages}
+              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_ROWS": self._norm_rows(entry, band)}
         full_grid = d.sm_count * entry.ctas_per_sm
         return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
 

@@ -31,13 +31,15 @@ class ScheduleEntry:
     kv_tile: int = 16
     kv_stages: int = 1
     long_kv_tile: int = 0
+    norm_rows: int = 1
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
 # weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
-# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration).
-_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile"}
+# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
+# norm_rows to 1 (a norm stage stages one row of x̂ per load).
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "norm_rows"}
 _ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
 _ZERO_IS_OFF = {"long_kv_tile"}  # 0 turns it off
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}

@@ -124,24 +124,37 @@ def mm(a, b_t, DOT_IEEE: tl.constexpr):
 
 @triton.jit
 def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.constexpr, K: tl.constexpr,
-                     K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr):
+                     K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, NORM_ROWS: tl.constexpr):
     """This CTA's private copy of the GEMV input: x̂ = RMSNorm(x) (when NORM), in the weight dtype.
 
-    x is an fp32 [M, K] activation of X_PARTS split-K partials. Each row is one whole-row load
-    (K_P = K rounded up to a power of two), unrolled over the M rows, so their L2 round trips
-    overlap; a loop over K chunks would pay one round trip per chunk. The GEMV loop then streams
-    x̂ chunks that need no partial sums and no norm arithmetic, in half the bytes of fp32 (the
-    product casts to the weight dtype anyway), and the software pipeliner stages fewer bytes.
-    The CTA barrier orders the stores before the CTA's own loads of x̂.
+    x is an fp32 [M, K] activation of X_PARTS split-K partials. Rows are staged NORM_ROWS at a
+    time, each block one whole-row load (K_P = K rounded up to a power of two), so their L2 round
+    trips overlap; a loop over K chunks would pay one round trip per chunk. A block's loads
+    cannot start before the previous block's stores (the compiler cannot prove x and x̂ apart),
+    and its norm is a CTA-wide reduction, so with one row a block M rows cost M round trips and
+    M reductions; NORM_ROWS rows a block cost M / NORM_ROWS of each, in NORM_ROWS times the
+    registers. The GEMV loop then streams x̂ chunks that need no partial sums and no norm
+    arithmetic, in half the bytes of fp32 (the product casts to the weight dtype anyway), and the
+    software pipeliner stages fewer bytes. The CTA barrier orders the stores before the CTA's own
+    loads of x̂.
     """
     k = tl.arange(0, K_P)
     if NORM:
         g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-    for m in tl.static_range(M):
-        x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
-        if NORM:
-            x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
-        tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
+    if NORM_ROWS == 1:
+        for m in tl.static_range(M):
+            x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
+            if NORM:
+                x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
+            tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
+    else:
+        for m0 in tl.static_range(0, M, NORM_ROWS):
+            rows = m0 + tl.arange(0, NORM_ROWS)
+            mask = (rows[:, None] < M) & (k[None, :] < K)
+            x = load_parts(x_ptr + rows[:, None] * K + k[None, :], mask, X_PARTS, M * K)
+            if NORM:
+                x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / K + EPS))[:, None] * g[None, :]
+            tl.store(x_hat_ptr + rows[:, None] * K + k[None, :], x.to(x_hat_ptr.dtype.element_ty), mask=mask)
     tl.debug_barrier()
 
 

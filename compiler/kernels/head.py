@@ -38,8 +38,8 @@ def head_kernel(
     H: tl.constexpr, H_P: tl.constexpr, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, EPS: tl.constexpr,
     BN: tl.constexpr, BK: tl.constexpr, TILES_P: tl.constexpr, X_PARTS: tl.constexpr, G: tl.constexpr,
     GREEDY: tl.constexpr, FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr,
-    W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
-    CLOCK_SLOTS: tl.constexpr,
+    W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+    CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
     """Final RMSNorm + LM head: stages FIRST..LAST (see the module docstring); x_in is the last
     layer's output, stored as X_PARTS split-K partials."""
@@ -52,7 +52,7 @@ def head_kernel(
                    counters, 0, hang_log, stage_clock, 1,
                    N=V, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         if GREEDY:  # a greedy head: each tile's max and first argmax per row
             tl.debug_barrier()  # this CTA's logits stores, before its threads read them back

@@ -295,8 +295,8 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
                BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr,
                NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
                GATED: tl.constexpr, INTER: tl.constexpr, WAIT: tl.constexpr, DOT_IEEE: tl.constexpr,
-               W_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
-               CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
+               W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr, WAIT_SPINS: tl.constexpr,
+               HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
     """out[:M, tile] = x̂ · W[tile]ᵀ (+ bias) (+ residual), or silu(g)·u when GATED.
 
     x̂ is RMSNorm(x) when NORM; x and the residual are stored as X_PARTS and RES_PARTS split-K
@@ -330,7 +330,7 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
     clock_start(clock_ptr, CLOCK_START, CLOCK, CLOCK_SLOTS)
     if NORM or X_PARTS > 1:
         x_cta = x_hat_ptr + pid * M * K
-        stage_activation(x_ptr, X_PARTS, norm_ptr, x_cta, M, K, K_P, EPS, NORM)
+        stage_activation(x_ptr, X_PARTS, norm_ptr, x_cta, M, K, K_P, EPS, NORM, NORM_ROWS)
     else:
         x_cta = x_ptr
     if W_STAGES == 1:
@@ -374,7 +374,8 @@ def layer_kernel(
     LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr,
     BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
-    WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
+    NORM_ROWS: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
+    CLOCK_SLOTS: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring).
 
@@ -396,7 +397,7 @@ def layer_kernel(
                    counters, 0, hang_log, stage_clock, 1,
                    N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
@@ -437,7 +438,7 @@ def layer_kernel(
                    counters + 2, target, hang_log, stage_clock, 7,
                    N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
                    HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 8, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
@@ -447,7 +448,7 @@ def layer_kernel(
                    counters + 3, target, hang_log, stage_clock, 9,
                    N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
                    HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 10, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
@@ -459,6 +460,6 @@ def layer_kernel(
                    counters + 4, target, hang_log, stage_clock, 11,
                    N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS,
                    NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
-                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, WAIT_SPINS=WAIT_SPINS,
-                   HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
+                   WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 12, CLOCK, CLOCK_SLOTS)
