@@ -309,8 +309,8 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
 
     With W_STAGES > 1 a CTA's tasks are one software-pipelined loop over (task, K chunk), so
     W_STAGES - 1 weight chunks stay in flight across task boundaries: a loop per task would
-    drain the pipeline and pay the memory latency again at every task (o and down have several
-    one- to four-chunk tasks per CTA). With W_STAGES == 1 the CTA's first weight chunk is loaded
+    drain the pipeline and pay the memory latency again at every task (up and the LM head give
+    a CTA several tasks). With W_STAGES == 1 the CTA's first weight chunk is loaded
     before its wait — WAIT=1: the sync edge's counter at ``wait_ptr``; WAIT=2: the previous
     launch (programmatic dependent launch) — so the wait hides under it, and each task's loop
     keeps one chunk in flight in registers. A profiling build clocks the stage's start into slot
