@@ -60,18 +60,29 @@ def _compile_one(args: tuple[Program, Target]) -> CodeObject:
     return compile_program(program, target)
 
 
-def _refuse_unresident(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> None:
-    """A persistent grid the compiled code cannot hold co-resident would fail its cooperative
-    launch (or, without it, deadlock): refuse the deployment before a package is written."""
+def _refuse_unservable(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> None:
+    """Refuse, before a package is written, a persistent program the compiled code cannot serve:
+    a grid it cannot hold co-resident would fail its cooperative launch (or, without it,
+    deadlock); state kept in local memory even with every register (the compile's second try)
+    breaks contract C3, which ``monobuild check`` would report only later, and which ``monobuild
+    tune`` must not write into a table. A profiling build is exempt from the second rule: its
+    clock stores may need a stack frame, and it is never served."""
     d = recipe.deployment
     for p in plan.programs:
-        fits = codes[p.name].resources.ctas_per_unit * d.sm_count
-        if p.launch_cooperative and p.grid > fits:
-            r = codes[p.name].resources
+        if not p.launch_cooperative:
+            continue
+        r = codes[p.name].resources
+        fits = r.ctas_per_unit * d.sm_count
+        if p.grid > fits:
             raise Refusal(recipe.source, f"{p.name}: the schedule asks for {p.grid} co-resident CTAs "
                                          f"({p.schedule.ctas_per_sm} per SM/CU) but the compiled program fits {fits} "
                                          f"({r.registers} registers, {r.shared_bytes} B shared memory); lower "
                                          f"ctas_per_sm or block_k in schedules/{d.target.name}.yaml")
+        if (r.stack_bytes or r.spill_bytes) and not d.stage_clock:
+            raise Refusal(recipe.source, f"{p.name}: the compiled persistent program keeps {r.stack_bytes} B a thread "
+                                         f"in local memory at {r.registers} registers (a persistent program must "
+                                         f"not: contract C3); lower block_n, kv_tile or weight_stages for this band "
+                                         f"in schedules/{d.target.name}.yaml")
 
 
 def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
@@ -115,6 +126,6 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
             futures = {pool.submit(_compile_one, item): key for key, item in work}
             for future in as_completed(futures):
                 finish(futures[future], future.result())
-    _refuse_unresident(recipe, plan, codes)
+    _refuse_unservable(recipe, plan, codes)
     package = write_package(out_dir, plan, programs, codes, keys)
     return BuildResult(package, len(programs), len(work), len(programs) - sum(len(v) for v in misses.values()))

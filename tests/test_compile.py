@@ -154,3 +154,40 @@ def test_a_schedule_whose_grid_cannot_be_coresident_is_refused(tiny_recipe, tmp_
                                       r"\(64 per SM/CU\) but the compiled program fits \d+"):
         build(recipe, tmp_path / "out", tmp_path / "cache", schedule=greedy)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_persistent_program_with_a_stack_frame_is_refused(tiny_packages, tmp_path, monkeypatch):
+    """A persistent program that keeps state in local memory even at the full register budget
+    breaks C3: the build refuses it (so a tune cannot write it into a table) before a package is
+    written, except in a profiling build, whose clock stores may need the frame."""
+    import dataclasses
+
+    from monobuild.compiler import build as build_module
+    from monobuild.compiler.errors import Refusal
+    from monobuild.compiler.plan import plan_recipe as plan_of
+
+    recipe_path, root, _ = tiny_packages
+    real_get = build_module.CodeCache.get
+
+    def with_stack(self, key, name):
+        code = real_get(self, key, name)
+        if code is not None and name == "layer.r2t1.persistent":
+            code = dataclasses.replace(code, resources=dataclasses.replace(code.resources, stack_bytes=24))
+        return code
+
+    monkeypatch.setattr(build_module.CodeCache, "get", with_stack)
+    recipe = load_recipe(recipe_path)
+    with pytest.raises(Refusal, match=r"layer.r2t1.persistent: the compiled persistent program keeps 24 B a thread "
+                                      r"in local memory at \d+ registers .*contract C3"):
+        build_module.build(recipe, tmp_path / "out", root / "cache-a")
+    assert not (tmp_path / "out").exists()
+
+    profiling = dataclasses.replace(recipe, deployment=dataclasses.replace(recipe.deployment, stage_clock=True))
+    plan = plan_of(recipe)
+    cache = build_module.CodeCache(root / "cache-a")
+    digest = build_module.emitter_digest()
+    codes = {p.name: with_stack(cache, build_module.cache_key(build_module.emit(recipe, p), recipe.deployment.target,
+                                                              digest), p.name)
+             for p in plan.programs}
+    assert codes["layer.r2t1.persistent"].resources.stack_bytes == 24
+    build_module._refuse_unservable(profiling, plan, codes)  # no exception
