@@ -6,8 +6,9 @@ of ``SEARCH`` in turn tries each of its values, the other keys held at the best 
 candidate is compiled (the band's embed, persistent layer and head programs; the cache makes
 repeats free), loaded by the runtime, bound to one set of random weights and one KV cache shared
 by every candidate, and its whole decode step timed as CUDA-graph replays (median). A candidate
-the compiler refuses (its grid cannot be co-resident) is recorded with the reason and tried once
-more a pipeline stage shallower.
+the compiler refuses (its grid cannot be co-resident, or it keeps a stack frame) is recorded with
+the reason and tried once more a pipeline stage shallower. A value that compiles to the same
+programs as one already in the descent (norm_rows above the band's rows) is not tried again.
 
 Only the layer programs are tuned: by the planner's byte count they are ~79% (Llama-3.2-1B) to
 ~92% (Qwen3-8B) of a step's bytes, and the LM head already streams at ~4.0 TB/s of the H200's
@@ -30,6 +31,7 @@ import yaml
 
 from ..compiler.build import build
 from ..compiler.errors import Refusal
+from ..compiler.plan import effective_norm_rows
 from ..compiler.recipe import Band, Recipe
 from ..compiler.schedule import Schedule
 
@@ -43,6 +45,7 @@ SEARCH: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("block_k", (256, 512)),
     ("max_split_k", (1, 8)),
     ("max_split_qkv", (1, 8)),
+    ("norm_rows", (1, 2, 4, 8)),
 )
 
 
@@ -135,7 +138,14 @@ class _BandSearch:
         best = {key: getattr(self.start, key) for key, _ in SEARCH}
         best_ms = self._measure([best])[0]
         for name, values in SEARCH:
-            candidates = [{**best, name: v} for v in values if v != best[name]]
+            # One candidate per program the value makes: norm_rows above the band's rows compiles
+            # to the same code as the band's rows (1-row bands: every value is 1).
+            seen = {self._effective(name, best[name])}
+            candidates = []
+            for v in values:
+                if self._effective(name, v) not in seen:
+                    seen.add(self._effective(name, v))
+                    candidates.append({**best, name: v})
             times = self._measure(candidates)
             # A candidate refused for residency gets one more try a pipeline stage shallower: its
             # shared memory, not its tile, may be what did not fit (seen: Qwen3-8B at 8 rows never
@@ -146,6 +156,9 @@ class _BandSearch:
                 if ms is not None and (best_ms is None or ms < best_ms):
                     best, best_ms = settings, ms
         return best, best_ms
+
+    def _effective(self, name: str, value: int) -> int:
+        return effective_norm_rows(value, self.band) if name == "norm_rows" else value
 
     def _measure(self, candidates: list[dict[str, int]]) -> list[float | None]:
         keys = [tuple(sorted(c.items())) for c in candidates]

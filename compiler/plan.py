@@ -153,6 +153,12 @@ class KSplits:
     down: int
 
 
+def effective_norm_rows(norm_rows: int, band: Band) -> int:
+    """Rows of x̂ a norm stage stages per load: the schedule's ``norm_rows``, at most the band's
+    rows (rounded up to a power of two)."""
+    return min(norm_rows, next_pow2(band.m))
+
+
 def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
     """The K split (a power of two ≤ cap, dividing K into whole chunks) that minimises the weight
     bytes the busiest CTA streams: ⌈tiles·s / grid⌉ tasks of K/s columns each. Ties keep fewer
@@ -263,11 +269,6 @@ class Planner:
                        split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
                        split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
 
-    @staticmethod
-    def _norm_rows(entry: ScheduleEntry, band: Band) -> int:
-        """Rows of x̂ a norm stage stages per load: the schedule's, at most the band's rows."""
-        return min(entry.norm_rows, next_pow2(band.m))
-
     def _block_k(self, entry: ScheduleEntry) -> int:
         return min(entry.block_k, next_pow2(self.recipe.geometry.hidden))
 
@@ -308,7 +309,7 @@ class Planner:
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            "NORM_ROWS": self._norm_rows(entry, band),
+            "NORM_ROWS": effective_norm_rows(entry.norm_rows, band),
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -333,7 +334,8 @@ class Planner:
                         Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
-              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_ROWS": self._norm_rows(entry, band)}
+              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages,
+              "NORM_ROWS": effective_norm_rows(entry.norm_rows, band)}
         full_grid = d.sm_count * entry.ctas_per_sm
         return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
 

@@ -150,3 +150,24 @@ def test_compile_takes_a_tuned_table_and_names_bad_fields(tmp_path):
         table.write_text(yaml.safe_dump(doc))
         result = CliRunner().invoke(main, [*args[:-1], str(table)])
         assert result.exit_code == 2 and f"{table}: {field}:" in result.output, result.output
+
+
+def test_norm_rows_is_searched_once_per_program_it_makes(tmp_path):
+    """norm_rows above the band's rows compiles to the band's rows: a 2-row band tries 1 and 2
+    once each, never 4 or 8, and a 1-row band tries no other value."""
+    recipe = _recipe(tmp_path)
+    seen = []
+
+    class Clock(CostModelClock):
+        def __call__(self, package_dir, band, mode):
+            manifest = json.loads((package_dir / "manifest.json").read_text())
+            layer = next(p for p in manifest["programs"] if p["kind"] == "layer")
+            seen.append((band.rows, layer["constexprs"]["NORM_ROWS"]))
+            return super().__call__(package_dir, band, mode)
+
+    result = tune(recipe, load_schedule("sm_90"), recipe.deployment.bands, tmp_path / "cache", jobs=2, timer=Clock())
+    tried = {(t.band, dict(t.settings)["norm_rows"]) for t in result.trials}
+    one, two = (b.name for b in recipe.deployment.bands)
+    assert {v for b, v in tried if b == one} == {1}
+    assert {v for b, v in tried if b == two} == {1, 2}
+    assert {n for rows, n in seen if rows == 2} == {1, 2} and {n for rows, n in seen if rows == 1} == {1}
