@@ -131,8 +131,8 @@ def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.co
     time, each block one whole-row load (K_P = K rounded up to a power of two), so their L2 round
     trips overlap; a loop over K chunks would pay one round trip per chunk. A block's loads
     cannot start before the previous block's stores (the compiler cannot prove x and x̂ apart),
-    and its norm is a CTA-wide reduction, so with one row a block M rows cost M round trips and
-    M reductions; NORM_ROWS rows a block cost M / NORM_ROWS of each, in NORM_ROWS times the
+    and its norm is a CTA-wide reduction: one row per block, M rows cost M serial round trips
+    and M reductions; NORM_ROWS rows per block, M / NORM_ROWS of each, in NORM_ROWS times the
     registers. The GEMV loop then streams x̂ chunks that need no partial sums and no norm
     arithmetic, in half the bytes of fp32 (the product casts to the weight dtype anyway), and the
     software pipeliner stages fewer bytes. The CTA barrier orders the stores before the CTA's own
