@@ -7,8 +7,9 @@ candidate is compiled (the band's embed, persistent layer and head programs; the
 repeats free), loaded by the runtime, bound to one set of random weights and one KV cache shared
 by every candidate, and its whole decode step timed as CUDA-graph replays (median). A candidate
 the compiler refuses (its grid cannot be co-resident, or it keeps a stack frame) is recorded with
-the reason and tried once more a pipeline stage shallower. A value that compiles to the same
-programs as one already in the descent (norm_rows above the band's rows) is not tried again.
+the reason and tried once more a pipeline stage shallower. A value the planner turns into the
+same programs as one already in the descent (norm_rows above the band's rows, block_k above the
+hidden size) is not tried again.
 
 Only the layer programs are tuned: by the planner's byte count they are ~79% (Llama-3.2-1B) to
 ~92% (Qwen3-8B) of a step's bytes, and the LM head already streams at ~4.0 TB/s of the H200's
@@ -31,7 +32,7 @@ import yaml
 
 from ..compiler.build import build
 from ..compiler.errors import Refusal
-from ..compiler.plan import effective_norm_rows
+from ..compiler.plan import plan_recipe
 from ..compiler.recipe import Band, Recipe
 from ..compiler.schedule import Schedule
 
@@ -138,13 +139,14 @@ class _BandSearch:
         best = {key: getattr(self.start, key) for key, _ in SEARCH}
         best_ms = self._measure([best])[0]
         for name, values in SEARCH:
-            # One candidate per program the value makes: norm_rows above the band's rows compiles
-            # to the same code as the band's rows (1-row bands: every value is 1).
-            seen = {self._effective(name, best[name])}
+            # One candidate per set of programs the values plan: a value the planner clamps (norm_rows
+            # above the band's rows, block_k above the hidden size) is the same candidate again.
+            seen = {self._programs(best)}
             candidates = []
             for v in values:
-                if self._effective(name, v) not in seen:
-                    seen.add(self._effective(name, v))
+                planned = self._programs({**best, name: v})
+                if planned not in seen:
+                    seen.add(planned)
                     candidates.append({**best, name: v})
             times = self._measure(candidates)
             # A candidate refused for residency gets one more try a pipeline stage shallower: its
@@ -157,8 +159,13 @@ class _BandSearch:
                     best, best_ms = settings, ms
         return best, best_ms
 
-    def _effective(self, name: str, value: int) -> int:
-        return effective_norm_rows(value, self.band) if name == "norm_rows" else value
+    def _programs(self, settings: dict[str, int]) -> tuple:
+        """What a candidate compiles to: its plan's programs (name, constexprs, grid, warps)."""
+        plan = plan_recipe(self.sub, self._table(settings))
+        return tuple((p.name, p.constexprs, p.grid, p.num_warps) for p in plan.programs)
+
+    def _table(self, settings: dict[str, int]) -> Schedule:
+        return _with_entry(self.schedule, self.match, {**self.kept, **settings})
 
     def _measure(self, candidates: list[dict[str, int]]) -> list[float | None]:
         keys = [tuple(sorted(c.items())) for c in candidates]
@@ -179,8 +186,7 @@ class _BandSearch:
     def _build(self, key: tuple[tuple[str, int], ...]) -> Path | Refusal:
         out = self.scratch / f"candidate-{next(self._candidates)}"
         try:
-            return build(self.sub, out, self.cache_dir, self.jobs,
-                         schedule=_with_entry(self.schedule, self.match, {**self.kept, **dict(key)})).package
+            return build(self.sub, out, self.cache_dir, self.jobs, schedule=self._table(dict(key))).package
         except Refusal as e:
             return e
 

@@ -152,9 +152,9 @@ def test_compile_takes_a_tuned_table_and_names_bad_fields(tmp_path):
         assert result.exit_code == 2 and f"{table}: {field}:" in result.output, result.output
 
 
-def test_norm_rows_is_searched_once_per_program_it_makes(tmp_path):
-    """norm_rows above the band's rows compiles to the band's rows: a 2-row band tries 1 and 2
-    once each, never 4 or 8, and a 1-row band tries no other value."""
+def test_a_value_the_planner_clamps_is_not_tried_again(tmp_path):
+    """norm_rows above the band's rows plans the band's rows: a 2-row band tries 1 and 2 once
+    each, never 4 or 8, and a 1-row band tries no other value."""
     recipe = _recipe(tmp_path)
     seen = []
 
