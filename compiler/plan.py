@@ -153,7 +153,7 @@ class KSplits:
     down: int
 
 
-def effective_norm_rows(norm_rows: int, band: Band) -> int:
+def _norm_rows_per_load(norm_rows: int, band: Band) -> int:
     """Rows of x̂ a norm stage stages per load: the schedule's ``norm_rows``, at most the band's
     rows (rounded up to a power of two)."""
     return min(norm_rows, next_pow2(band.m))
@@ -309,7 +309,7 @@ class Planner:
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            "NORM_ROWS": effective_norm_rows(entry.norm_rows, band),
+            "NORM_ROWS": _norm_rows_per_load(entry.norm_rows, band),
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -335,7 +335,7 @@ class Planner:
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages,
-              "NORM_ROWS": effective_norm_rows(entry.norm_rows, band)}
+              "NORM_ROWS": _norm_rows_per_load(entry.norm_rows, band)}
         full_grid = d.sm_count * entry.ctas_per_sm
         return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
 
