@@ -67,13 +67,13 @@ def test_shipped_long_kv_tiles_reach_the_layer_programs():
 
 def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():
     """norm_rows (x̂ rows a norm stage stages per load) goes to the layer and head programs as
-    NORM_ROWS, at most the band's rows (rounded up to a power of two); the shipped table's is 1."""
+    NORM_ROWS, at most the band's rows (rounded up to a power of two); the shipped table's is 8."""
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
-    assert {p.constexpr("NORM_ROWS") for p in plan_recipe(recipe).programs if p.kind != "embed"} == {1}
     shipped = load_schedule("sm_90")
-    table = parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 4}}, "t")
-    for p in plan_recipe(recipe, table).programs:
-        if p.kind != "embed":
-            assert p.constexpr("NORM_ROWS") == min(4, 1 << (p.band.m - 1).bit_length()), p.name
+    for norm_rows, table in ((8, None), (4, parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 4}},
+                                                            "t"))):
+        for p in plan_recipe(recipe, table).programs:
+            if p.kind != "embed":
+                assert p.constexpr("NORM_ROWS") == min(norm_rows, 1 << (p.band.m - 1).bit_length()), p.name
     with pytest.raises(InputError, match="defaults.norm_rows: expected a power of two, got 3"):
         parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 3}}, "t")

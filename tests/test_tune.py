@@ -153,8 +153,8 @@ def test_compile_takes_a_tuned_table_and_names_bad_fields(tmp_path):
 
 
 def test_a_value_the_planner_clamps_is_not_tried_again(tmp_path):
-    """norm_rows above the band's rows plans the band's rows: a 2-row band tries 1 and 2 once
-    each, never 4 or 8, and a 1-row band tries no other value."""
+    """norm_rows above the band's rows plans the band's rows: from 1, a 2-row band tries 1 and 2
+    once each, never 4 or 8, and a 1-row band tries no other value."""
     recipe = _recipe(tmp_path)
     seen = []
 
@@ -165,7 +165,9 @@ def test_a_value_the_planner_clamps_is_not_tried_again(tmp_path):
             seen.append((band.rows, layer["constexprs"]["NORM_ROWS"]))
             return super().__call__(package_dir, band, mode)
 
-    result = tune(recipe, load_schedule("sm_90"), recipe.deployment.bands, tmp_path / "cache", jobs=2, timer=Clock())
+    shipped = load_schedule("sm_90")
+    start_at_one = dataclasses.replace(shipped, defaults=dataclasses.replace(shipped.defaults, norm_rows=1))
+    result = tune(recipe, start_at_one, recipe.deployment.bands, tmp_path / "cache", jobs=2, timer=Clock())
     tried = {(t.band, dict(t.settings)["norm_rows"]) for t in result.trials}
     one, two = (b.name for b in recipe.deployment.bands)
     assert {v for b, v in tried if b == one} == {1}
