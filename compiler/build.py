@@ -81,7 +81,8 @@ def _refuse_unservable(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject])
         if (r.stack_bytes or r.spill_bytes) and not d.stage_clock:
             raise Refusal(recipe.source, f"{p.name}: the compiled persistent program keeps {r.stack_bytes} B a thread "
                                          f"in local memory at {r.registers} registers (a persistent program must "
-                                         f"not: contract C3); lower block_n, kv_tile or weight_stages for this band "
+                                         f"not: contract C3); lower block_n, kv_tile, norm_rows or a pipeline depth "
+                                         f"(weight_stages, kv_stages, long_kv_stages) for this band "
                                          f"in schedules/{d.target.name}.yaml")
 
 

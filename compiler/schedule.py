@@ -31,6 +31,7 @@ class ScheduleEntry:
     kv_tile: int = 16
     kv_stages: int = 1
     long_kv_tile: int = 0
+    long_kv_stages: int = 0
     norm_rows: int = 1
 
 
@@ -38,10 +39,12 @@ _KEYS = {f.name for f in fields(ScheduleEntry)}
 # weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
 # iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
-# norm_rows to 1 (a norm stage stages one row of x̂ per load).
-_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "norm_rows"}
-_ANY_POSITIVE = {"weight_stages", "kv_stages"}  # a pipeline depth need not be a power of two
-_ZERO_IS_OFF = {"long_kv_tile"}  # 0 turns it off
+# long_kv_stages to 0 (the long walk is pipelined as deep as the short one), norm_rows to 1 (a norm
+# stage stages one row of x̂ per load).
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
+             "norm_rows"}
+_ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages"}  # a pipeline depth need not be a power of two
+_ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages"}  # keys where 0 is allowed, and what it means
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 
@@ -70,10 +73,12 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     if missing and not partial:
         raise InputError(src, f"{field}.{missing[0]}", "missing")
     for key, value in values.items():
-        if key in _ZERO_IS_OFF and type(value) is int and value == 0:
+        if key in _ZERO_MEANS and type(value) is int and value == 0:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            wanted = "0 (off) or a power of two" if key in _ZERO_IS_OFF else "a positive integer"
+            wanted = "a positive integer"
+            if key in _ZERO_MEANS:
+                wanted = f"0 ({_ZERO_MEANS[key]}) or " + (wanted if key in _ANY_POSITIVE else "a power of two")
             raise InputError(src, f"{field}.{key}", f"expected {wanted}, got {value!r}")
         if key not in _ANY_POSITIVE and value & (value - 1):
             raise InputError(src, f"{field}.{key}", f"expected a power of two, got {value!r}")

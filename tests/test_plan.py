@@ -55,14 +55,26 @@ def test_long_kv_tile_is_off_at_zero_or_a_power_of_two(value, error):
             parse_schedule({"defaults": defaults}, "t")
 
 
+@pytest.mark.parametrize("value,error", [(0, None), (5, None), (-1, r"expected 0 \(as kv_stages\) or a positive integer")])
+def test_long_kv_stages_is_kv_stages_at_zero_or_any_depth(value, error):
+    defaults = {**load_schedule("sm_90").defaults.__dict__, "long_kv_stages": value}
+    if error is None:
+        assert parse_schedule({"defaults": defaults}, "t").defaults.long_kv_stages == value
+    else:
+        with pytest.raises(InputError, match=f"defaults.long_kv_stages: {error}"):
+            parse_schedule({"defaults": defaults}, "t")
+
+
 def test_shipped_long_kv_tiles_reach_the_layer_programs():
-    """Where the table sets long_kv_tile (Llama-3.2-1B's 1..8-row bands), the layer programs get it
-    as LONG_KT; elsewhere LONG_KT is 0 and the attention walks kv_tile tokens only."""
+    """Where the table sets long_kv_tile and long_kv_stages (Llama-3.2-1B's 1..8-row bands), the
+    layer programs get them as LONG_KT and LONG_KV_STAGES; elsewhere LONG_KT is 0, the attention
+    walks kv_tile tokens only, and LONG_KV_STAGES is KV_STAGES."""
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
     for p in plan_recipe(recipe).programs:
         if p.kind == "layer":
-            want = 0 if p.band.tokens > 1 else 256
-            assert p.constexpr("LONG_KT") == want, p.name
+            long = p.band.tokens == 1
+            assert p.constexpr("LONG_KT") == (256 if long else 0), p.name
+            assert p.constexpr("LONG_KV_STAGES") == (5 if long else p.constexpr("KV_STAGES")), p.name
 
 
 def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():

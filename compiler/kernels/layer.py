@@ -106,9 +106,12 @@ def _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, 
                   D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
                   DOT_IEEE: tl.constexpr):
     """Online-softmax attention of q over the cached pages [first, end) of one row's block table,
-    KV head h, from the state (m_i, l_i, acc): KT tokens (KT / BS pages) per iteration, KV_STAGES
-    tiles in flight (one page per iteration would pay a dependent block-table → K/V round trip
-    for every BS tokens)."""
+    KV head h, from the state (m_i, l_i, acc): KT tokens (KT / BS pages) per iteration (one page
+    per iteration would pay a dependent block-table → K/V round trip for every BS tokens).
+
+    The loop is Triton's software pipeline of KV_STAGES stages. The K/V loads hang off the
+    block-table load, and the pipeliner gives each of the two levels (KV_STAGES − 1) / 2 stages:
+    (KV_STAGES − 1) // 2 K/V tiles in flight (3 → 1, 5 → 2, 7 → 3; read in the TTGIR)."""
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
         k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, end, cached, h, NKV, D, BS, KT)
         m_i, l_i, acc = _attend_tile(q, k, v, in_context, m_i, l_i, acc, DOT_IEEE)
@@ -158,7 +161,7 @@ def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexp
                k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr,
                part_ml_ptr, M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
                TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
-               KV_STAGES: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
+               KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
                QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
 
@@ -209,7 +212,7 @@ def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexp
     if LONG_KT > KT:
         if _walks_long_tiles(per_split, BS, KT, LONG_KT):
             m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h,
-                                          NKV, D, BS, LONG_KT, KV_STAGES, DOT_IEEE)
+                                          NKV, D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
         else:
             m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, m_i, l_i, acc, DOT_IEEE)
             m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, h,
@@ -371,8 +374,9 @@ def layer_kernel(
     H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
-    LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr,
-    BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
+    LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, SPLITS: tl.constexpr,
+    SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr,
+    DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
     NORM_ROWS: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
     CLOCK_SLOTS: tl.constexpr,
@@ -417,7 +421,7 @@ def layer_kernel(
         for task in tl.range(pid, ATTN_TASKS, G, num_stages=1):
             _attn_task(task, k_first, v_first, in_first, qkv, QKV_SPLIT, rope, q_norm, k_norm, k_cache, v_cache,
                        block_tables, bt_stride, context_lens, positions, part_acc, part_ml, M, NQ, NKV, D, TOKENS,
-                       SPLITS, BS, KT, LONG_KT, KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
+                       SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
             k_first, v_first, in_first = _first_kv_tile(task + G, k_cache, v_cache, block_tables, bt_stride,
                                                         context_lens, ATTN_TASKS, NKV, D, TOKENS, SPLITS, BS, KT,
                                                         LONG_KT)
