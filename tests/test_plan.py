@@ -44,24 +44,19 @@ def test_every_program_of_a_band_agrees_on_the_hidden_states_partials(recipe):
                     assert stage.tasks % cx[f"{stage.name.upper()}_SPLIT"] == 0, p.name
 
 
-@pytest.mark.parametrize("value,error", [(0, None), (256, None), (24, "expected a power of two"),
-                                         (-1, r"expected 0 \(off\) or a power of two"), (False, r"expected 0 \(off\)")])
-def test_long_kv_tile_is_off_at_zero_or_a_power_of_two(value, error):
-    defaults = {**load_schedule("sm_90").defaults.__dict__, "long_kv_tile": value}
+@pytest.mark.parametrize("key,value,error", [
+    ("long_kv_tile", 0, None), ("long_kv_tile", 256, None), ("long_kv_tile", 24, "expected a power of two"),
+    ("long_kv_tile", -1, r"expected 0 \(off\) or a power of two"), ("long_kv_tile", False, r"expected 0 \(off\)"),
+    ("long_kv_stages", 0, None), ("long_kv_stages", 5, None),
+    ("long_kv_stages", -1, r"expected 0 \(as kv_stages\) or a positive integer"),
+])
+def test_keys_where_zero_has_a_meaning_take_it_or_their_usual_values(key, value, error):
+    """long_kv_tile: 0 is off, else a power of two; long_kv_stages: 0 is kv_stages, else any depth."""
+    defaults = {**load_schedule("sm_90").defaults.__dict__, key: value}
     if error is None:
-        assert parse_schedule({"defaults": defaults}, "t").defaults.long_kv_tile == value
+        assert getattr(parse_schedule({"defaults": defaults}, "t").defaults, key) == value
     else:
-        with pytest.raises(InputError, match=f"defaults.long_kv_tile: {error}"):
-            parse_schedule({"defaults": defaults}, "t")
-
-
-@pytest.mark.parametrize("value,error", [(0, None), (5, None), (-1, r"expected 0 \(as kv_stages\) or a positive integer")])
-def test_long_kv_stages_is_kv_stages_at_zero_or_any_depth(value, error):
-    defaults = {**load_schedule("sm_90").defaults.__dict__, "long_kv_stages": value}
-    if error is None:
-        assert parse_schedule({"defaults": defaults}, "t").defaults.long_kv_stages == value
-    else:
-        with pytest.raises(InputError, match=f"defaults.long_kv_stages: {error}"):
+        with pytest.raises(InputError, match=f"defaults.{key}: {error}"):
             parse_schedule({"defaults": defaults}, "t")
 
 
