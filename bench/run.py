@@ -18,6 +18,7 @@ import torch
 from .. import runtime
 from .baseline import TorchDecodeStep
 from .cases import blocks_needed, random_case, random_kv_cache, random_state_dict
+from .floor import DEPTHS, VARIANTS, FloorStep, FloorTiming, floor_launches
 from .roofline import step_bytes
 
 
@@ -37,6 +38,10 @@ class BenchRow:
     ours: Timing
     baseline: Timing | None
     baseline_rel_diff: float | None  # ‖baseline − ours‖ / ‖ours‖ on the bench's inputs
+    floors: tuple[FloorTiming, ...] = ()  # ``--floor``: the stage-synchronous floor's variants (floor.py)
+
+    def floor(self, variant: str) -> FloorTiming | None:
+        return next((f for f in self.floors if f.variant == variant), None)
 
     @property
     def gbps(self) -> float:
@@ -115,9 +120,10 @@ def _timing(times: list[float]) -> Timing:
 def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ...] | None = None,
           bands: tuple[str, ...] | None = None, iters: int = 200, baseline: bool = True,
           progress: Callable[[str], None] = lambda _: None, pin_occupancy: bool = True,
-          pdl: bool = True) -> BenchResult:
+          pdl: bool = True, floor: bool = False) -> BenchResult:
     """Time every (context, band, mode) case; ``pin_occupancy`` and ``pdl`` off are ablations
-    (see ``runtime.load``)."""
+    (see ``runtime.load``). With ``floor``, each persistent case also times the stage-synchronous
+    floor of its step (``floor.py``; compiled here, so it needs Triton on this machine)."""
     pkg = runtime.load(package_dir, pin_occupancy=pin_occupancy, pdl=pdl)
     progress(f"loaded {package_dir} on {torch.cuda.get_device_name(pkg.device)}")
     copy = copy_bandwidth()
@@ -125,6 +131,7 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
     weights = pkg.bind_weights(random_state_dict(pkg, seed=0))
     specs = sorted({s.band for s in pkg.manifest.steps}, key=lambda b: (b.tokens, b.rows))
     rows_out = []
+    floor_kernels: dict = {}  # compiled floor programs by launch shape, shared by every case
     for context in contexts:
         for band in specs:
             if bands and band.name not in bands:
@@ -144,13 +151,35 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
                     ours_logits = step.logits.clone()
                 if baseline and base_timing is None:
                     base_timing, diff = _baseline(pkg, weights, cache, i, context, ours_logits, iters)
-                row = BenchRow(band.name, mode, context, nbytes, nbytes / copy * 1e3, timing, base_timing, diff)
+                floors = ()
+                if floor and mode == "persistent":
+                    floors = _floors(pkg.manifest, band, context, iters, floor_kernels, progress)
+                row = BenchRow(band.name, mode, context, nbytes, nbytes / copy * 1e3, timing, base_timing, diff, floors)
                 rows_out.append(row)
                 progress(f"{band.name} ctx {context} {mode}: {timing.median_ms:.3f} ms "
                          f"({row.roofline_pct:.0f}% of roofline)")
             del cache
             torch.cuda.empty_cache()
     return BenchResult(str(package_dir), torch.cuda.get_device_name(pkg.device), copy, tuple(rows_out))
+
+
+def _floors(manifest, band, context, iters, kernels, progress) -> tuple[FloorTiming, ...]:
+    """Each floor variant of the band's persistent step, at the faster of the pipeline depths tried."""
+    out = []
+    for variant in VARIANTS:
+        launches = floor_launches(manifest, band, context, variant)
+        best = None
+        for depth in DEPTHS:
+            floor_step = FloorStep(launches, manifest.target, depth, kernels)
+            timing = _timing(time_replays(floor_step, iters))
+            floor_step.verify()
+            del floor_step
+            torch.cuda.empty_cache()
+            if best is None or timing.median_ms < best.median_ms:
+                best = FloorTiming(variant, sum(x.nbytes for x in launches), depth, timing.median_ms, timing.p90_ms)
+        progress(f"{band.name} ctx {context} floor, {variant}: {best.median_ms:.3f} ms (depth {best.depth})")
+        out.append(best)
+    return tuple(out)
 
 
 def _baseline(pkg, weights, cache, inputs, context, ours_logits, iters) -> tuple[Timing, float]:

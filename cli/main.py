@@ -201,8 +201,12 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
 @click.option("--no-pin-occupancy", is_flag=True,
               help="Ablation: launch persistent programs without pinning their CTAs per SM.")
 @click.option("--no-pdl", is_flag=True, help="Ablation: launch without programmatic dependent launch.")
+@click.option("--floor", is_flag=True,
+              help="Also time the stage-synchronous floor of each persistent step: its bytes through the same "
+                   "launches and sync edges and nothing else, per layer and in one launch (compiled here: needs "
+                   "Triton).")
 @_one_line_errors
-def bench(package, as_json, contexts, modes, bands, iters, no_baseline, no_pin_occupancy, no_pdl):
+def bench(package, as_json, contexts, modes, bands, iters, no_baseline, no_pin_occupancy, no_pdl, floor):
     """Time PACKAGE's decode step on this GPU against the roofline and a PyTorch baseline."""
     from ..bench.run import bench as run_bench
     from .report import bench_text
@@ -211,7 +215,7 @@ def bench(package, as_json, contexts, modes, bands, iters, no_baseline, no_pin_o
         click.echo(line, err=True)
 
     result = run_bench(package, contexts, modes or None, bands or None, iters, not no_baseline, progress,
-                       pin_occupancy=not no_pin_occupancy, pdl=not no_pdl)
+                       pin_occupancy=not no_pin_occupancy, pdl=not no_pdl, floor=floor)
     click.echo(json.dumps(result.to_json(), indent=1) if as_json else bench_text(result))
 
 

@@ -240,6 +240,32 @@ def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, context)
         assert step_bytes(manifest, spec, context) == plan.step_bytes(band, context)
 
 
+@pytest.mark.parametrize("context", [1, 200])
+def test_the_floor_moves_the_rooflines_bytes_through_the_steps_launches(tiny_package, context):
+    """Per layer: one floor launch per launch of the step, with its grid, PDL and stages, each
+    stage's roofline bytes rounded up to whole chunks. In one launch: the embedding, then every
+    layer's and the head's stages joined by sync edges."""
+    from monobuild.bench.floor import CHUNK_BYTES, floor_launches
+
+    manifest = read_manifest(tiny_package[1])
+    for step in (s for s in manifest.steps if s.mode == "persistent"):
+        per_layer = floor_launches(manifest, step.band, context, "per_layer")
+        assert [x.program for x in per_layer] == [x.program for x in step.launches]
+        for x, launch in zip(per_layer, step.launches):
+            p = manifest.program(launch.program)
+            assert (x.grid, x.pdl, x.cooperative, len(x.stage_chunks)) == (p.grid, p.launch_pdl,
+                                                                            p.launch_cooperative, len(p.stages))
+        nbytes = sum(x.nbytes for x in per_layer)
+        stages = sum(len(x.stage_chunks) for x in per_layer)
+        assert 0 <= nbytes - step_bytes(manifest, step.band, context) < stages * CHUNK_BYTES
+        one = floor_launches(manifest, step.band, context, "one_launch")
+        assert [x.program for x in one] == [per_layer[0].program, "every layer and the head"]
+        assert one[1].stage_chunks == tuple(c for x in per_layer[1:] for c in x.stage_chunks)
+        assert (one[1].grid, one[1].pdl, one[1].cooperative) == (per_layer[1].grid, False, True)
+    with pytest.raises(ValueError, match="floor variant 'fused'"):
+        floor_launches(manifest, manifest.steps[0].band, context, "fused")
+
+
 def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
     """The hang log's records map back to program, layer, sync edge and epoch; the log and the
     counters are reset so the next step starts consistent."""
@@ -284,3 +310,21 @@ def test_the_bench_table_states_each_band_against_the_one_row_step_of_the_same_r
     assert "×r1t1" in lines[1]
     assert " 1.50× " in lines[3] and " 1.30× " in lines[4] and "—" in lines[7].split("%")[1]
     assert [r["vs_one_row"] for r in result.to_json()["rows"]] == ratios
+    assert "floor" not in lines[1]  # only a --floor run has the floor's columns
+
+
+def test_a_floor_run_states_the_floor_beside_the_step_and_the_roofline():
+    from monobuild.bench.floor import FloorTiming
+    from monobuild.bench.run import BenchResult, BenchRow, Timing
+    from monobuild.cli.report import bench_text
+
+    floors = (FloorTiming("per_layer", 2_500_000_000, 4, 0.75, 0.76), FloorTiming("one_launch", 2_500_000_000, 6,
+                                                                                   0.7, 0.71))
+    result = BenchResult("pkg", "GPU", 4.27e12, (
+        BenchRow("r1t1", "persistent", 1024, 2_500_000_000, 0.6, Timing(1.0, 1.01), None, None, floors),
+        BenchRow("r1t1", "staged", 1024, 2_500_000_000, 0.6, Timing(1.1, 1.11), None, None)))
+    lines = bench_text(result).splitlines()
+    assert "floor" in lines[1] and " 0.750 ms  0.700 ms " in lines[2] and lines[3].count("—") >= 2
+    summary = next(line for line in lines if line.startswith("r1t1") and "80.0%" in line)
+    assert " 75.0% " in summary and " 70.0%" in summary  # roofline ÷ floor, floor ÷ ours, one launch ÷ ours
+    assert result.to_json()["rows"][0]["floors"][1]["depth"] == 6

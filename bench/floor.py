@@ -1,0 +1,154 @@
+"""The stage-synchronous floor of a package's step (``monobuild bench --floor``).
+
+The roofline says how fast a step's bytes can move; the floor says how fast they can move through
+the step's structure. For each launch of the step it runs the floor program
+(``compiler/kernels/floor.py``) with the launch's grid, CTAs per SM, warps, PDL and cooperative
+attributes, one stage per real stage with the same sync edges between them, and each stage's
+bytes as the planner counts them for the roofline (weights, the KV at the bench's context, the
+activations in and out). It moves nothing else and computes nothing, so no schedule of the real
+programs can beat it. Two variants:
+
+- ``per_layer``: the step's own launches (the embedding, one program per decoder layer, the head);
+- ``one_launch``: the decoder layers and the head in one persistent launch, the launch boundary
+  between layers replaced by a sync edge (the embedding stays its own launch): what a program
+  spanning every layer could at best reach with the same stages.
+
+Each stage's bytes are rounded up to whole 16 KB chunks (at most 16 KB a stage; the floor's
+own byte count is reported). The floor programs are compiled on the machine that runs the bench,
+so ``--floor`` needs the compiler (Triton) there; the decode step itself never does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..runtime.manifest import BandSpec, Manifest
+
+CHUNK_INTS = 4096  # int32 a CTA loads per pipeline stage: 16 KB, 8 × 16-byte vectors a thread at 4 warps
+CHUNK_BYTES = 4 * CHUNK_INTS
+# Pipeline depths tried; the floor is the faster. The layer programs keep 2–3 chunks of 16 KB in
+# flight a CTA; deeper must not be what makes the floor fast or slow.
+DEPTHS = (4, 6)
+VARIANTS = ("per_layer", "one_launch")
+
+
+@dataclass(frozen=True)
+class FloorLaunch:
+    """One launch of the floor: the real program it stands for and what it moves, stage by stage."""
+
+    program: str
+    grid: int
+    ctas_per_sm: int
+    num_warps: int
+    pdl: bool
+    cooperative: bool
+    stage_chunks: tuple[int, ...]  # CHUNK_BYTES chunks each stage streams
+
+    @property
+    def nbytes(self) -> int:
+        return sum(self.stage_chunks) * CHUNK_BYTES
+
+
+def _chunks(nbytes: int) -> int:
+    return -(-nbytes // CHUNK_BYTES)
+
+
+def floor_launches(manifest: Manifest, band: BandSpec, context: int, variant: str,
+                   mode: str = "persistent") -> tuple[FloorLaunch, ...]:
+    """The floor's launches for a band's step at ``context`` tokens a row (see the module docstring)."""
+    if variant not in VARIANTS:
+        raise ValueError(f"floor variant {variant!r}: one of {', '.join(VARIANTS)}")
+    step = next(s for s in manifest.steps if s.band == band and s.mode == mode)
+    launches = []
+    for launch in step.launches:
+        p = manifest.program(launch.program)
+        chunks = tuple(_chunks(s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context) for s in p.stages)
+        launches.append(FloorLaunch(p.name, p.grid, -(-p.grid // manifest.sm_count), p.block // 32, p.launch_pdl,
+                                    p.launch_cooperative, chunks))
+    if variant == "one_launch":
+        first_layer = next(i for i, x in enumerate(step.launches) if x.layer is not None)
+        layer = launches[first_layer]
+        fused = FloorLaunch("every layer and the head", layer.grid, layer.ctas_per_sm, layer.num_warps, False, True,
+                            tuple(c for x in launches[first_layer:] for c in x.stage_chunks))
+        launches = launches[:first_layer] + [fused]
+    return tuple(launches)
+
+
+@dataclass(frozen=True)
+class FloorTiming:
+    variant: str
+    nbytes: int
+    depth: int  # the pipeline depth that gave this (the faster of DEPTHS)
+    median_ms: float
+    p90_ms: float
+
+
+class FloorStep:
+    """The floor's launches bound to one source buffer on the current CUDA device, callable as a
+    step (capturable in a CUDA graph)."""
+
+    def __init__(self, launches: tuple[FloorLaunch, ...], target: str, depth: int, kernels: dict):
+        import torch
+
+        from ..runtime.cuda import CudaKernel
+        from ..runtime.params import ParamBlock
+
+        self.launches = launches
+        total = sum(sum(x.stage_chunks) for x in launches)
+        # Ones, so that after a run every CTA's sink sums to the int32 it read: ``verify`` checks it.
+        self.src = torch.ones(total * CHUNK_INTS, dtype=torch.int32, device="cuda")
+        self._bound = []
+        first = 0
+        for x in launches:
+            key = (x.grid, x.ctas_per_sm, x.num_warps, x.pdl, x.cooperative, depth)
+            if key not in kernels:
+                code = compile_floor(x, target, depth)
+                kernel = CudaKernel(code.binary, code.symbol, x.grid, x.num_warps * 32, code.shared_bytes, x.pdl,
+                                    x.cooperative)
+                if x.cooperative:
+                    kernel.pin_ctas_per_sm(x.ctas_per_sm)  # as the runtime pins the real program
+                kernels[key] = kernel
+            stage_chunks = torch.tensor(x.stage_chunks, dtype=torch.int64, device="cuda")
+            counters = torch.zeros(max(1, len(x.stage_chunks) - 1), dtype=torch.int64, device="cuda")
+            sink = torch.zeros(x.grid * CHUNK_INTS, dtype=torch.int32, device="cuda")
+            src = self.src.data_ptr() + first * CHUNK_BYTES
+            params = ParamBlock(["*i32", "*i64", "*i64", "*i32", "i32"],
+                                [src, stage_chunks.data_ptr(), counters.data_ptr(), sink.data_ptr(),
+                                 len(x.stage_chunks)])
+            self._bound.append((kernels[key], params, stage_chunks, counters, sink))
+            first += sum(x.stage_chunks)
+
+    def __call__(self) -> None:
+        import torch
+
+        stream = torch.cuda.current_stream().cuda_stream
+        for kernel, params, *_ in self._bound:
+            kernel.launch(stream, params.address)
+
+    def verify(self) -> None:
+        """After a run: every launch's CTAs read exactly its chunks (the source is all ones)."""
+        import torch
+
+        for x, (_, _, _, _, sink) in zip(self.launches, self._bound):
+            read = int(sink.sum(dtype=torch.int64).item())
+            if read != sum(x.stage_chunks) * CHUNK_INTS:
+                raise RuntimeError(f"floor launch for {x.program}: read {read} int32, expected "
+                                   f"{sum(x.stage_chunks) * CHUNK_INTS}")
+
+
+def floor_program(launch: FloorLaunch, depth: int):
+    """The compiler's Program for one floor launch shape."""
+    from ..compiler.emit import Arg, Program
+
+    consts = {"CHUNK": CHUNK_INTS, "G": launch.grid, "PDL": launch.pdl, "W_STAGES": depth}
+    args = (Arg("src", "*i32"), Arg("stage_chunks", "*i64"), Arg("counters", "*i64"), Arg("sink", "*i32"),
+            Arg("S", "i32"))
+    return Program(f"floor.g{launch.grid}.d{depth}", "floor_kernel", args, (), tuple(sorted(consts.items())),
+                   launch.num_warps, launch.pdl, launch.cooperative, launch.grid)
+
+
+def compile_floor(launch: FloorLaunch, target: str, depth: int):
+    from ..compiler.driver import compile_program
+    from ..compiler.targets import TARGETS
+
+    return compile_program(floor_program(launch, depth), TARGETS[target])
