@@ -46,6 +46,7 @@ SEARCH: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("block_k", (256, 512)),
     ("max_split_k", (1, 8)),
     ("max_split_qkv", (1, 8)),
+    ("norm_stages", (0, 1)),  # before norm_rows, which only a band that stages x̂ per CTA uses
     ("norm_rows", (1, 2, 4, 8)),
 )
 

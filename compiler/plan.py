@@ -18,7 +18,7 @@ from .schedule import Schedule, ScheduleEntry, load_schedule
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
-CLOCK_SLOTS = 16  # int64 per CTA in a profiling build's stage_clock: the SM id, then (start, end) per stage
+CLOCK_SLOTS = 17  # int64 per CTA in a profiling build's stage_clock: the SM id, then (start, end) per stage (up to 8)
 
 
 @dataclass(frozen=True)
@@ -127,20 +127,29 @@ class Plan:
         return total
 
 
-def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int, kv_tiles: str) -> tuple[Stage, ...]:
+def _layer_stages(g: Geometry, band: Band, w: int, kvb: int, splits: int, kv_tiles: str,
+                  norm_stages: bool) -> tuple[Stage, ...]:
     h, d, m = g.hidden, g.head_dim, band.m
     bias = g.qkv_rows * w if g.qkv_bias else 0
     qk_norm = 2 * d * w if g.qk_norm else 0
     kv_row = band.rows * g.kv_heads * d * 2 * kvb
-    return (
-        Stage(0, "qkv", 0, "RMSNorm(x_in) · W_qkv rows", g.qkv_rows * h * w + bias + h * w, 0, m * h * 4),
-        Stage(1, "attn", band.rows * g.kv_heads * splits, "(row, KV head, split): q/k norm, RoPE, KV append, "
-              f"split-KV attention in {kv_tiles}", qk_norm, kv_row, kv_row * band.tokens),
-        Stage(2, "combine", m * g.q_heads, "(token row, query head): merge split partials", 0, 0, 0),
-        Stage(3, "o", 0, "attn_out · W_o rows + x_in", h * g.q_heads * d * w, 0, 0),
-        Stage(4, "up", 0, "RMSNorm(x1) · W_gate|W_up rows, silu(g)·u", 2 * g.intermediate * h * w + h * w, 0, 0),
-        Stage(5, "down", 0, "h · W_down rows + x1", h * g.intermediate * w, 0, m * h * 4),
-    )
+    # With norm stages the norm weights move to the norm stages; qkv still counts reading x_in.
+    qkv_norm_w, up_norm_w = (0, 0) if norm_stages else (h * w, h * w)
+    stages = [
+        ("qkv", 0, "RMSNorm(x_in) · W_qkv rows" if not norm_stages else "x̂ · W_qkv rows",
+         g.qkv_rows * h * w + bias + qkv_norm_w, 0, m * h * 4),
+        ("attn", band.rows * g.kv_heads * splits, "(row, KV head, split): q/k norm, RoPE, KV append, "
+         f"split-KV attention in {kv_tiles}", qk_norm, kv_row, kv_row * band.tokens),
+        ("combine", m * g.q_heads, "(token row, query head): merge split partials", 0, 0, 0),
+        ("o", 0, "attn_out · W_o rows + x_in", h * g.q_heads * d * w, 0, 0),
+        ("up", 0, ("RMSNorm(x1) · " if not norm_stages else "x̂_up · ") + "W_gate|W_up rows, silu(g)·u",
+         2 * g.intermediate * h * w + up_norm_w, 0, 0),
+        ("down", 0, "h · W_down rows + x1", h * g.intermediate * w, 0, m * h * 4),
+    ]
+    if norm_stages:
+        stages.insert(0, ("norm_qkv", m, "(token row): x̂_qkv = RMSNorm(x_in), read by every qkv task", h * w, 0, 0))
+        stages.insert(5, ("norm_up", m, "(token row): x̂_up = RMSNorm(x1), read by every up task", h * w, 0, 0))
+    return tuple(Stage(i, *s) for i, s in enumerate(stages))
 
 
 @dataclass(frozen=True)
@@ -194,10 +203,18 @@ _CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (it
 
 
 def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits: KSplits, w_dtype: str,
-                   grid: int) -> tuple[Region, ...]:
+                   grid: int, norm_stages: bool) -> tuple[Region, ...]:
     m, h, d = band.m, g.hidden, g.head_dim
+    if norm_stages:  # one x̂ a norm stage writes and every CTA of the next stage reads
+        qkv_in, up_in = "norm_qkv", "norm_up"
+        x_hats = (Region("x_hat_qkv", "scratch", w_dtype, (m, h), "norm_qkv", ("qkv",)),
+                  Region("x_hat_up", "scratch", w_dtype, (m, h), "norm_up", ("up",)))
+    else:  # each CTA's own x̂, staged by the CTA itself
+        qkv_in, up_in = "qkv", "up"
+        x_hats = (Region("x_hat_qkv", "scratch", w_dtype, (grid, m, h), "qkv", ("qkv",), _CTA_PRIVATE),
+                  Region("x_hat_up", "scratch", w_dtype, (grid, m, h), "up", ("up",), _CTA_PRIVATE))
     return (
-        Region("x_in", "io", "fp32", (k_splits.down, m, h), None, ("qkv", "o")),
+        Region("x_in", "io", "fp32", (k_splits.down, m, h), None, (qkv_in, "o")),
         Region("qkv", "scratch", "fp32", (k_splits.qkv, m, g.qkv_rows), "qkv", ("attn",)),
         Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
@@ -205,10 +222,9 @@ def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits
         Region("part_ml", "scratch", "fp32", (m, g.q_heads, splits, 2), "attn", ("combine",)),
         # attn_out and h only feed a GEMV, which casts them to the weight dtype: stored in it.
         Region("attn_out", "scratch", w_dtype, (m, g.q_heads * d), "combine", ("o",)),
-        Region("x1", "scratch", "fp32", (k_splits.o, m, h), "o", ("up", "down")),
+        Region("x1", "scratch", "fp32", (k_splits.o, m, h), "o", (up_in, "down")),
         Region("h", "scratch", w_dtype, (m, g.intermediate), "up", ("down",)),
-        Region("x_hat_qkv", "scratch", w_dtype, (grid, m, h), "qkv", ("qkv",), _CTA_PRIVATE),
-        Region("x_hat_up", "scratch", w_dtype, (grid, m, h), "up", ("up",), _CTA_PRIVATE),
+        *x_hats,
         Region("x_out", "io", "fp32", (k_splits.down, m, h), "down", ()),
     )
 
@@ -299,8 +315,10 @@ class Planner:
         k_splits = self._k_splits(band)
         kt, long_kt = max(entry.kv_tile, d.kv_cache.block_size), entry.long_kv_tile
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens)" if long_kt > kt else "")
-        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits, kv_tiles), entry.block_n, g, k_splits)
-        regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid)
+        norm_stages = bool(entry.norm_stages)
+        stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits, kv_tiles, norm_stages), entry.block_n, g,
+                             k_splits)
+        regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid, norm_stages)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
@@ -310,7 +328,8 @@ class Planner:
             "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            "NORM_ROWS": _norm_rows_per_load(entry.norm_rows, band),
+            # with norm stages no CTA stages x̂ itself, and norm_rows changes nothing
+            "NORM_ROWS": 1 if norm_stages else _norm_rows_per_load(entry.norm_rows, band), "NORM_STAGES": norm_stages,
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 

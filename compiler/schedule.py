@@ -33,6 +33,7 @@ class ScheduleEntry:
     long_kv_tile: int = 0
     long_kv_stages: int = 0
     norm_rows: int = 1
+    norm_stages: int = 0
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
@@ -40,9 +41,10 @@ _KEYS = {f.name for f in fields(ScheduleEntry)}
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
 # iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
 # long_kv_stages to 0 (the long walk is pipelined as deep as the short one), norm_rows to 1 (a norm
-# stage stages one row of x̂ per load).
+# stage stages one row of x̂ per load), norm_stages to 0 (each CTA of a norm stage stages x̂ itself).
 _OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
-             "norm_rows"}
+             "norm_rows", "norm_stages"}
+_FLAGS = {"norm_stages"}  # 0 or 1
 _ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages"}  # a pipeline depth need not be a power of two
 _ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages"}  # keys where 0 is allowed, and what it means
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
@@ -73,6 +75,10 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     if missing and not partial:
         raise InputError(src, f"{field}.{missing[0]}", "missing")
     for key, value in values.items():
+        if key in _FLAGS:
+            if type(value) is not int or value not in (0, 1):
+                raise InputError(src, f"{field}.{key}", f"expected 0 or 1, got {value!r}")
+            continue
         if key in _ZERO_MEANS and type(value) is int and value == 0:
             continue
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

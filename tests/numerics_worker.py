@@ -38,6 +38,8 @@ VARIANTS = {
     "register_pipeline": {"weight_stages": 1},
     # norm stages stage x̂ one row per load (the shipped table: eight)
     "norm_rows": {"norm_rows": 1},
+    # the RMSNorms as stages of their own (norm_qkv, norm_up), whose one x̂ every GEMV CTA reads
+    "norm_stages": {"norm_stages": 1},
 }
 
 
@@ -98,6 +100,7 @@ def main(case: dict, workdir: Path) -> dict:
         "k_splits": [layer.constexpr("QKV_SPLIT"), layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
         "kv_tiles": [layer.constexpr("KT"), layer.constexpr("LONG_KT")],
         "attn_splits": layer.constexpr("SPLITS"),
+        "layer_launches": sum(1 for x in step.step.launches if x.layer == 0),
     }
 
 

@@ -90,8 +90,13 @@ def relaxed_wait(pkg):
     _replace(pkg, "ptx", "ld.global.gpu.acquire", "ld.global.gpu.relaxed")
 
 
+def _sync_after(d, producer: str) -> int:
+    return next(i for i, e in enumerate(_program(d)["syncs"]) if e["producer"] == producer)
+
+
 def wrong_wait_target(pkg):
-    _edit_manifest(pkg, lambda d: _program(d)["syncs"][0].__setitem__("signals_per_epoch", _program(d)["grid"] - 1))
+    _edit_manifest(pkg, lambda d: _program(d)["syncs"][_sync_after(d, "qkv")].__setitem__(
+        "signals_per_epoch", _program(d)["grid"] - 1))
 
 
 def missing_cta_barrier(pkg):
@@ -129,7 +134,7 @@ def misreported_occupancy(pkg):
 
 
 def read_before_sync(pkg):
-    _edit_manifest(pkg, lambda d: _program(d)["syncs"].pop(3))  # the edge o → up
+    _edit_manifest(pkg, lambda d: _program(d)["syncs"].pop(_sync_after(d, "o")))  # the edge after o, before x1's readers
 
 
 def dead_row_stores(pkg):

@@ -5,8 +5,8 @@ q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculativ
 qkv/o/down split over K (the hidden state then travels as partial sums), attention splits
 long enough for the long KV tile beside ones that walk the short tile, and the GEMVs' register
 double-buffer beside the shipped pipeline (one loop over a CTA's tasks × K chunks; every CTA
-has several tasks in the tiny geometries), and norm stages that stage x̂ one row a load beside
-the shipped several.
+has several tasks in the tiny geometries), norm stages that stage x̂ one row a load beside
+the shipped several, and the RMSNorms as stages of their own.
 Fresh random weights, caches and inputs per case; every scratch and output buffer poisoned with
 NaN first. Bounds: fp32 ≤ 1e-4 and bf16 ≤ 1e-2 relative error of the logits (bf16 rounding of
 one activation is 2⁻⁹ ≈ 2e-3; a few such roundings per layer stay well under 1e-2).
@@ -39,6 +39,9 @@ CASES = [
     # the 6-row ones leave it part masked)
     ("tiny-llama.json", "fp32", 8, 1, [12, 140, 0, 33, 7, 260, 64, 2], "norm_rows"),
     ("tiny-qwen3.json", "bf16", 1, 6, [150], "norm_rows"),
+    # the RMSNorms as stages of their own (a split K too: x_in and x1 arrive as partials)
+    ("tiny-llama.json", "fp32", 8, 1, [12, 140, 0, 33, 7, 260, 64, 2], "norm_stages"),
+    ("tiny-qwen3.json", "bf16", 1, 6, [150], "norm_stages"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
@@ -62,6 +65,8 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
+    if variant == "norm_stages":  # staged: one launch per stage, the two norm stages included
+        assert result["layer_launches"] == 8, f"{case}: {result['layer_launches']} launches a layer, not 8"
     if variant == "long_kv":
         short, long = result["kv_tiles"]
         pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks

@@ -1,6 +1,6 @@
 """The planner's split-K choice, the agreement the hidden state's layout needs (the embedding,
-every layer program and the head of a band must store and read the same number of partials), and
-the long KV tile from the schedule to the programs."""
+every layer program and the head of a band must store and read the same number of partials), the
+long KV tile from the schedule to the programs, and the RMSNorms as stages of their own."""
 
 from pathlib import Path
 
@@ -73,14 +73,47 @@ def test_shipped_long_kv_tiles_reach_the_layer_programs():
 
 
 def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():
-    """norm_rows (x̂ rows a norm stage stages per load) goes to the layer and head programs as
-    NORM_ROWS, at most the band's rows (rounded up to a power of two); the shipped table's is 8."""
+    """norm_rows (x̂ rows a CTA stages per load) goes to the programs that stage x̂ per CTA as
+    NORM_ROWS, at most the band's rows (rounded up to a power of two); the shipped table's is 8. A
+    layer program with norm stages stages nothing per CTA and gets 1, whatever the table says."""
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
     shipped = load_schedule("sm_90")
     for norm_rows, table in ((8, None), (4, parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 4}},
                                                             "t"))):
         for p in plan_recipe(recipe, table).programs:
             if p.kind != "embed":
-                assert p.constexpr("NORM_ROWS") == min(norm_rows, 1 << (p.band.m - 1).bit_length()), p.name
+                staged_per_cta = p.kind == "head" or not p.constexpr("NORM_STAGES")
+                want = min(norm_rows, 1 << (p.band.m - 1).bit_length()) if staged_per_cta else 1
+                assert p.constexpr("NORM_ROWS") == want, p.name
     with pytest.raises(InputError, match="defaults.norm_rows: expected a power of two, got 3"):
         parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 3}}, "t")
+
+
+def test_norm_stages_put_each_rmsnorm_in_a_stage_of_its_own():
+    """With norm_stages the layer runs norm_qkv and norm_up (a task per token row) before qkv and
+    up; their x̂ is one [M, hidden] copy the next stage's CTAs all read, ordered by the sync edge
+    between them; the bytes the step must move do not change. Without, each CTA stages its own
+    slice ([grid, M, hidden], CTA-local)."""
+    recipe = load_recipe(next(r for r in RECIPES if r.stem == "qwen3-8b-sm_90"))
+    shipped = load_schedule("sm_90")
+    table = {flag: parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_stages": flag}}, "t")
+             for flag in (0, 1)}
+    plans = {flag: plan_recipe(recipe, t) for flag, t in table.items()}
+    band = recipe.deployment.bands[-1]
+    on, off = (plans[f].program(f"layer.{band.name}.persistent") for f in (1, 0))
+    assert [s.name for s in on.stages] == ["norm_qkv", "qkv", "attn", "combine", "o", "norm_up", "up", "down"]
+    assert [s.name for s in off.stages] == ["qkv", "attn", "combine", "o", "up", "down"]
+    assert [s.index for s in on.stages] == list(range(8)) and on.stages[0].tasks == band.m
+    regions = {r.name: r for r in on.regions}
+    assert (regions["x_hat_qkv"].shape, regions["x_hat_qkv"].writer, regions["x_hat_qkv"].readers,
+            regions["x_hat_qkv"].same_stage) == ((band.m, recipe.geometry.hidden), "norm_qkv", ("qkv",), None)
+    assert regions["x_in"].readers == ("norm_qkv", "o") and regions["x1"].readers == ("norm_up", "down")
+    edges = {(e.producer, e.consumer): e.regions for e in on.syncs}
+    assert edges[("norm_qkv", "qkv")] == ("x_hat_qkv",) and edges[("norm_up", "up")] == ("x_hat_up",)
+    assert len(on.syncs) == 7 and on.constexpr("NORM_STAGES") is True
+    assert {r.name: r.shape[0] for r in off.regions}["x_hat_qkv"] == off.grid
+    assert all(plans[0].step_bytes(b, 1024) == plans[1].step_bytes(b, 1024) for b in recipe.deployment.bands)
+    staged = [p.name for p in plans[1].programs if p.kind == "layer" and p.mode == "staged" and p.band == band]
+    assert staged[0].endswith(".norm_qkv") and staged[5].endswith(".norm_up") and len(staged) == 8
+    with pytest.raises(InputError, match="defaults.norm_stages: expected 0 or 1, got 2"):
+        parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_stages": 2}}, "t")

@@ -1,18 +1,23 @@
-"""The dense decoder layer as one program of six stages.
+"""The dense decoder layer as one program of six stages, or eight with the RMSNorms as stages of
+their own (NORM_STAGES).
 
-Stages (index, name, tasks):
+Stages (index without / with norm stages, name, tasks):
 
-0. ``qkv``     RMSNorm(x_in) · W_qkvᵀ (+ bias) → qkv (raw, fp32)        (tile of BN rows of W_qkv, K split)
-1. ``attn``    q/k norm, RoPE, new K/V appended to the paged cache (live rows only), split-KV
-               attention over the cache plus the step's own tokens → partials (acc, max, sum)
+   0. ``norm_qkv`` (NORM_STAGES) x̂_qkv = RMSNorm(x_in), one copy for every qkv CTA   (token row)
+0  1. ``qkv``     x̂ · W_qkvᵀ (+ bias) → qkv (raw, fp32); without norm stages each CTA first
+                  stages x̂ = RMSNorm(x_in) itself                      (tile of BN rows of W_qkv, K split)
+1  2. ``attn``    q/k norm, RoPE, new K/V appended to the paged cache (live rows only), split-KV
+                  attention over the cache plus the step's own tokens → partials (acc, max, sum)
                                                                         (row, KV head, split)
-2. ``combine`` merge the splits' partials → attn_out                    (token row, query head)
-3. ``o``       attn_out · W_oᵀ + x_in → x1                              (tile of BN rows of W_o, K split)
-4. ``up``      RMSNorm(x1) · [W_gate | W_up]ᵀ, silu(g)·u → h            tiles of BN rows of each
-5. ``down``    h · W_downᵀ + x1 → x_out                                 (tile of BN rows of W_down, K split)
+2  3. ``combine`` merge the splits' partials → attn_out                 (token row, query head)
+3  4. ``o``       attn_out · W_oᵀ + x_in → x1                           (tile of BN rows of W_o, K split)
+   5. ``norm_up`` (NORM_STAGES) x̂_up = RMSNorm(x1)                      (token row)
+4  6. ``up``      x̂_up · [W_gate | W_up]ᵀ, silu(g)·u → h (x̂_up staged per CTA without norm
+                  stages)                                               tiles of BN rows of each
+5  7. ``down``    h · W_downᵀ + x1 → x_out                              (tile of BN rows of W_down, K split)
 
-Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5) a sync edge joins
-each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. A GEMV stage
+Task t of a stage runs on CTA t mod G. In persistent mode (FIRST=0, LAST=5 or 7) a sync edge
+joins each stage to the next; in staged mode (FIRST=LAST=k) the launch boundary does. A GEMV stage
 streams its weights through one software-pipelined loop over the CTA's (task, K chunk) pairs;
 with the register double-buffer instead (weight_stages 1) a CTA loads its first task's first
 weight chunk before each wait, so the wait hides under that load.
@@ -367,6 +372,26 @@ def gemv_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, ou
 
 
 @triton.jit
+def norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.constexpr, K: tl.constexpr,
+               K_P: tl.constexpr, EPS: tl.constexpr, G: tl.constexpr):
+    """A stage of its own: x̂ = RMSNorm(x) of the band's M rows (x stored as X_PARTS split-K
+    partials), row m on CTA m mod G, into the one copy every CTA of the next stage reads.
+
+    Without it every CTA of a norm stage stages all M rows itself (``stage_activation``): each
+    reads M × K × X_PARTS fp32 from L2, the whole grid M × K × X_PARTS × G. At 8 rows that is
+    17 MB (Llama-3.2-1B) to 67 MB (Qwen3-8B) a norm stage, and leaving the staging out altogether
+    made those steps 13–16% faster on the H200 (session 7). Here the rows are read once, for the
+    price of a sync edge.
+    """
+    k = tl.arange(0, K_P)
+    g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+    for m in range(pid, M, G):
+        x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
+        x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
+        tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
+
+
+@triton.jit
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
@@ -378,44 +403,73 @@ def layer_kernel(
     SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr,
     DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
-    NORM_ROWS: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
-    CLOCK_SLOTS: tl.constexpr,
+    NORM_ROWS: tl.constexpr, NORM_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+    CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
     """One decoder layer: stages FIRST..LAST (see the module docstring).
 
     qkv, o and down may be split over K (QKV_SPLIT, O_SPLIT, DOWN_SPLIT): qkv is then stored as
     QKV_SPLIT partials, x1 as O_SPLIT partials, and x_in and x_out — the hidden state between
     layers — as DOWN_SPLIT partials.
+
+    With NORM_STAGES the two RMSNorms are stages of their own (``norm_stage``) before qkv and up,
+    which then stream the one shared x̂ instead of each CTA staging its own: the stages are then
+    0 norm_qkv, 1 qkv, 2 attn, 3 combine, 4 o, 5 norm_up, 6 up, 7 down. Stage k's sync edge is
+    counter k (signalled after it, waited on before stage k + 1); its clock slots 1 + 2k, 2 + 2k.
     """
     M: tl.constexpr = ROWS * TOKENS
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     PERSISTENT: tl.constexpr = FIRST < LAST
+    N_QKV: tl.constexpr = 1 if NORM_STAGES else 0  # the stage indexes
+    N_ATTN: tl.constexpr = N_QKV + 1
+    N_COMBINE: tl.constexpr = N_QKV + 2
+    N_O: tl.constexpr = N_QKV + 3
+    N_UP: tl.constexpr = N_QKV + (5 if NORM_STAGES else 4)
+    N_DOWN: tl.constexpr = N_UP + 1
     pid = tl.program_id(0)
     target = 0
-    if FIRST <= 0 and LAST >= 0:
+    if NORM_STAGES and FIRST <= 0 and LAST >= 0:  # norm_qkv
+        if PDL:  # nothing the previous layer wrote is read before its launch has finished
+            tl.extra.cuda.gdc_wait()
+        clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
+        norm_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, M, H, H_P, EPS, G)
+        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
+    if NORM_STAGES and PERSISTENT:
+        target = (step_epoch(counters, G) + 1) * G
+        signal(counters + 0)
+    if FIRST <= N_QKV and LAST >= N_QKV:
         # With PDL this launch may start while the previous layer drains (where its CTAs fit
         # beside the previous layer's): it reads nothing the previous layer wrote before
         # griddepcontrol.wait (with the register double-buffer, its first weight chunk is loaded
-        # before it).
-        gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
-                   counters, 0, hang_log, stage_clock, 1,
-                   N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS, NORM=True,
-                   HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0, WAIT=2 if PDL else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
-                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
+        # before it). After a norm stage, qkv streams its x̂ and waits for it on the edge.
+        if NORM_STAGES:
+            gemv_stage(pid, x_hat_qkv, 1, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
+                       counters + N_QKV - 1, target, hang_log, stage_clock, 1 + 2 * N_QKV,
+                       N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS,
+                       NORM=False, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
+                       WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
+                       WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        else:
+            gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
+                       counters, 0, hang_log, stage_clock, 1,
+                       N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS,
+                       NORM=True, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
+                       WAIT=2 if PDL else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
+                       WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_QKV, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
-        target = (step_epoch(counters, G) + 1) * G
-        signal(counters + 0)
-    if FIRST <= 1 and LAST >= 1:
+        if not NORM_STAGES:
+            target = (step_epoch(counters, G) + 1) * G
+        signal(counters + N_QKV)
+    if FIRST <= N_ATTN and LAST >= N_ATTN:
         ATTN_TASKS: tl.constexpr = ROWS * NKV * SPLITS
         # The cached K/V the CTA's first task starts with do not depend on the qkv stage: their
         # loads go out before the wait, and each task loads the next one's as it ends.
         k_first, v_first, in_first = _first_kv_tile(pid, k_cache, v_cache, block_tables, bt_stride, context_lens,
                                                     ATTN_TASKS, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT)
         if PERSISTENT:
-            wait(counters + 0, target, hang_log, WAIT_SPINS, HANG_SLOTS)
-        clock_start(stage_clock, 3, CLOCK, CLOCK_SLOTS)
+            wait(counters + N_ATTN - 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
+        clock_start(stage_clock, 1 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
         # num_stages=1: the next task's tile is already loaded a task ahead; the pipeliner would
         # move the context-length load into shared memory, where C4 cannot follow it to the stores.
         for task in tl.range(pid, ATTN_TASKS, G, num_stages=1):
@@ -425,45 +479,61 @@ def layer_kernel(
             k_first, v_first, in_first = _first_kv_tile(task + G, k_cache, v_cache, block_tables, bt_stride,
                                                         context_lens, ATTN_TASKS, NKV, D, TOKENS, SPLITS, BS, KT,
                                                         LONG_KT)
-        clock_end(stage_clock, 4, CLOCK, CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
-            signal(counters + 1)
-    if FIRST <= 2 and LAST >= 2:
+            signal(counters + N_ATTN)
+    if FIRST <= N_COMBINE and LAST >= N_COMBINE:
         if PERSISTENT:
-            wait(counters + 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
-        clock_start(stage_clock, 5, CLOCK, CLOCK_SLOTS)
+            wait(counters + N_COMBINE - 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
+        clock_start(stage_clock, 1 + 2 * N_COMBINE, CLOCK, CLOCK_SLOTS)
         for task in range(pid, M * NQ, G):
             _combine_task(task, part_acc, part_ml, attn_out, NQ, D, SPLITS, SP)
-        clock_end(stage_clock, 6, CLOCK, CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_COMBINE, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
-            signal(counters + 2)
-    if FIRST <= 3 and LAST >= 3:
+            signal(counters + N_COMBINE)
+    if FIRST <= N_O and LAST >= N_O:
         gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT,
-                   counters + 2, target, hang_log, stage_clock, 7,
+                   counters + N_O - 1, target, hang_log, stage_clock, 1 + 2 * N_O,
                    N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
                    HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
                    DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
                    CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        clock_end(stage_clock, 8, CLOCK, CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_O, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
-            signal(counters + 3)
-    if FIRST <= 4 and LAST >= 4:
-        gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
-                   counters + 3, target, hang_log, stage_clock, 9,
-                   N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
-                   HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
-                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
-                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        clock_end(stage_clock, 10, CLOCK, CLOCK_SLOTS)
+            signal(counters + N_O)
+    if NORM_STAGES and FIRST <= N_UP - 1 and LAST >= N_UP - 1:  # norm_up
         if PERSISTENT:
-            signal(counters + 4)
-    if FIRST <= 5 and LAST >= 5:
+            wait(counters + N_UP - 2, target, hang_log, WAIT_SPINS, HANG_SLOTS)
+        clock_start(stage_clock, 2 * N_UP - 1, CLOCK, CLOCK_SLOTS)
+        norm_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, M, H, H_P, EPS, G)
+        clock_end(stage_clock, 2 * N_UP, CLOCK, CLOCK_SLOTS)
+        if PERSISTENT:
+            signal(counters + N_UP - 1)
+    if FIRST <= N_UP and LAST >= N_UP:
+        if NORM_STAGES:
+            gemv_stage(pid, x_hat_up, 1, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
+                       counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
+                       N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=False,
+                       HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
+                       DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
+                       HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        else:
+            gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
+                       counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
+                       N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
+                       HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
+                       DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
+                       HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_UP, CLOCK, CLOCK_SLOTS)
+        if PERSISTENT:
+            signal(counters + N_UP)
+    if FIRST <= N_DOWN and LAST >= N_DOWN:
         if PDL:
             tl.extra.cuda.gdc_launch_dependents()
         gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT,
-                   counters + 4, target, hang_log, stage_clock, 11,
+                   counters + N_DOWN - 1, target, hang_log, stage_clock, 1 + 2 * N_DOWN,
                    N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS,
                    NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
                    WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
                    WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        clock_end(stage_clock, 12, CLOCK, CLOCK_SLOTS)
+        clock_end(stage_clock, 2 + 2 * N_DOWN, CLOCK, CLOCK_SLOTS)
