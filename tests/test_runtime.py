@@ -285,7 +285,8 @@ def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
         check_hang_log(log, counters, manifest, spec)
     text = str(raised.value)
     assert text.startswith("5 wait(s) timed out")
-    assert ("layer.r1t1.persistent (layer 0): CTA 3 gave up waiting on counter 1 (attn→combine) for 16, last saw 11 "
+    # the shipped table's norm stages: edge 0 is norm_qkv → qkv, so counter 1 is qkv → attn
+    assert ("layer.r1t1.persistent (layer 0): CTA 3 gave up waiting on counter 1 (qkv→attn) for 16, last saw 11 "
             "(5 signals missing)") in text
     assert "… and 3 more (the log keeps 2)" in text
     assert [r.cta for r in raised.value.records] == [3, 6]
