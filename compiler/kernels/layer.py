@@ -426,6 +426,8 @@ def layer_kernel(
     N_O: tl.constexpr = N_QKV + 3
     N_UP: tl.constexpr = N_QKV + (5 if NORM_STAGES else 4)
     N_DOWN: tl.constexpr = N_UP + 1
+    # qkv waits for norm_qkv on the edge, or without a norm stage for the previous launch (PDL)
+    QKV_WAIT: tl.constexpr = (1 if PERSISTENT else 0) if NORM_STAGES else (2 if PDL else 0)
     pid = tl.program_id(0)
     target = 0
     if NORM_STAGES and FIRST <= 0 and LAST >= 0:  # norm_qkv
@@ -441,21 +443,13 @@ def layer_kernel(
         # With PDL this launch may start while the previous layer drains (where its CTAs fit
         # beside the previous layer's): it reads nothing the previous layer wrote before
         # griddepcontrol.wait (with the register double-buffer, its first weight chunk is loaded
-        # before it). After a norm stage, qkv streams its x̂ and waits for it on the edge.
-        if NORM_STAGES:
-            gemv_stage(pid, x_hat_qkv, 1, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
-                       counters + N_QKV - 1, target, hang_log, stage_clock, 1 + 2 * N_QKV,
-                       N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS,
-                       NORM=False, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
-                       WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
-                       WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        else:
-            gemv_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT,
-                       counters, 0, hang_log, stage_clock, 1,
-                       N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G, EPS=EPS,
-                       NORM=True, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
-                       WAIT=2 if PDL else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
-                       WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        # before it). After a norm stage, qkv streams its x̂ (x_in's norm stage did the PDL wait).
+        gemv_stage(pid, x_hat_qkv if NORM_STAGES else x_in, 1 if NORM_STAGES else DOWN_SPLIT, attn_norm, x_hat_qkv,
+                   w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT, counters + max(N_QKV - 1, 0), target, hang_log, stage_clock,
+                   1 + 2 * N_QKV, N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G,
+                   EPS=EPS, NORM=not NORM_STAGES, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
+                   WAIT=QKV_WAIT, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
+                   HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2 + 2 * N_QKV, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
         if not NORM_STAGES:
@@ -510,20 +504,12 @@ def layer_kernel(
         if PERSISTENT:
             signal(counters + N_UP - 1)
     if FIRST <= N_UP and LAST >= N_UP:
-        if NORM_STAGES:
-            gemv_stage(pid, x_hat_up, 1, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
-                       counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
-                       N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=False,
-                       HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
-                       DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
-                       HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
-        else:
-            gemv_stage(pid, x1, O_SPLIT, mlp_norm, x_hat_up, w_gate_up, h, b_qkv, x1, O_SPLIT,
-                       counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
-                       N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=True,
-                       HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER, WAIT=1 if PERSISTENT else 0,
-                       DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
-                       HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        gemv_stage(pid, x_hat_up if NORM_STAGES else x1, 1 if NORM_STAGES else O_SPLIT, mlp_norm, x_hat_up, w_gate_up,
+                   h, b_qkv, x1, O_SPLIT, counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
+                   N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
+                   NORM=not NORM_STAGES, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER,
+                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
+                   WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2 + 2 * N_UP, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + N_UP)
