@@ -212,16 +212,9 @@ def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexp
     acc = tl.zeros([QP, D], tl.float32)
     table = block_tables_ptr + b * bt_stride
     rest = first + KT // BS
-    # Spelled out per case: the tile is a constexpr, and Triton will not let one branch variable
-    # be a constant without the long tile and a runtime value with it.
-    if LONG_KT > KT:
-        if _walks_long_tiles(per_split, BS, KT, LONG_KT):
-            m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h,
-                                          NKV, D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
-        else:
-            m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, m_i, l_i, acc, DOT_IEEE)
-            m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, h,
-                                          NKV, D, BS, KT, KV_STAGES, DOT_IEEE)
+    if LONG_KT > KT and _walks_long_tiles(per_split, BS, KT, LONG_KT):
+        m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV,
+                                      D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
     else:
         m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, m_i, l_i, acc, DOT_IEEE)
         m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, h, NKV,
