@@ -141,20 +141,13 @@ def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.co
     k = tl.arange(0, K_P)
     if NORM:
         g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
-    if NORM_ROWS == 1:
-        for m in tl.static_range(M):
-            x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
-            if NORM:
-                x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
-            tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
-    else:
-        for m0 in tl.static_range(0, M, NORM_ROWS):
-            rows = m0 + tl.arange(0, NORM_ROWS)
-            mask = (rows[:, None] < M) & (k[None, :] < K)
-            x = load_parts(x_ptr + rows[:, None] * K + k[None, :], mask, X_PARTS, M * K)
-            if NORM:
-                x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / K + EPS))[:, None] * g[None, :]
-            tl.store(x_hat_ptr + rows[:, None] * K + k[None, :], x.to(x_hat_ptr.dtype.element_ty), mask=mask)
+    for m0 in tl.static_range(0, M, NORM_ROWS):
+        rows = m0 + tl.arange(0, NORM_ROWS)
+        mask = (rows[:, None] < M) & (k[None, :] < K)
+        x = load_parts(x_ptr + rows[:, None] * K + k[None, :], mask, X_PARTS, M * K)
+        if NORM:
+            x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / K + EPS))[:, None] * g[None, :]
+        tl.store(x_hat_ptr + rows[:, None] * K + k[None, :], x.to(x_hat_ptr.dtype.element_ty), mask=mask)
     tl.debug_barrier()
 
 
