@@ -138,17 +138,32 @@ def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.co
     software pipeliner stages fewer bytes. The CTA barrier orders the stores before the CTA's own
     loads of x̂.
     """
-    k = tl.arange(0, K_P)
-    if NORM:
-        g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+    g = norm_weights(norm_ptr, K, K_P) if NORM else 0.0
     for m0 in tl.static_range(0, M, NORM_ROWS):
-        rows = m0 + tl.arange(0, NORM_ROWS)
-        mask = (rows[:, None] < M) & (k[None, :] < K)
-        x = load_parts(x_ptr + rows[:, None] * K + k[None, :], mask, X_PARTS, M * K)
-        if NORM:
-            x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / K + EPS))[:, None] * g[None, :]
-        tl.store(x_hat_ptr + rows[:, None] * K + k[None, :], x.to(x_hat_ptr.dtype.element_ty), mask=mask)
+        normed_rows(x_ptr, X_PARTS, g, x_hat_ptr, m0 + tl.arange(0, NORM_ROWS), M, K, K_P, EPS, NORM)
     tl.debug_barrier()
+
+
+@triton.jit
+def norm_weights(norm_ptr, K: tl.constexpr, K_P: tl.constexpr):
+    """An RMSNorm's K weights in fp32, padded with zeros to K_P."""
+    k = tl.arange(0, K_P)
+    return tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M: tl.constexpr, K: tl.constexpr,
+                K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr):
+    """Rows ``rows`` of an fp32 [M, K] activation of X_PARTS split-K partials, summed, RMS-normed
+    with the weights g (``norm_weights``; when NORM) and stored into the same rows of x̂ in its
+    dtype: one whole-row load a row (K_P = K rounded up to a power of two), one reduction, one
+    store."""
+    k = tl.arange(0, K_P)
+    mask = (rows[:, None] < M) & (k[None, :] < K)
+    x = load_parts(x_ptr + rows[:, None] * K + k[None, :], mask, X_PARTS, M * K)
+    if NORM:
+        x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / K + EPS))[:, None] * g[None, :]
+    tl.store(x_hat_ptr + rows[:, None] * K + k[None, :], x.to(x_hat_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

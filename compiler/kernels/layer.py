@@ -34,6 +34,8 @@ from .common import (
     load_parts,
     load_w_chunk,
     mm,
+    norm_weights,
+    normed_rows,
     signal,
     stage_activation,
     step_epoch,
@@ -376,12 +378,9 @@ def norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.con
     made those steps 13–16% faster on the H200 (session 7). Here the rows are read once, for the
     price of a sync edge.
     """
-    k = tl.arange(0, K_P)
-    g = tl.load(norm_ptr + k, mask=k < K, other=0.0).to(tl.float32)
+    g = norm_weights(norm_ptr, K, K_P)
     for m in range(pid, M, G):
-        x = load_parts(x_ptr + m * K + k, k < K, X_PARTS, M * K)
-        x = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / K + EPS)) * g
-        tl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=k < K)
+        normed_rows(x_ptr, X_PARTS, g, x_hat_ptr, m + tl.arange(0, 1), M, K, K_P, EPS, True)
 
 
 @triton.jit
