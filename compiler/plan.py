@@ -338,26 +338,34 @@ class Planner:
         entry = self._entry("head", band)
         bn = entry.head_block_n
         tiles = -(-g.vocab // bn)
-        stages = [Stage(0, "logits", tiles, f"RMSNorm(x) · W_head rows (tiles of {bn}), fp32 logits",
-                        g.vocab * g.hidden * self.w + g.hidden * self.w, 0, band.m * g.vocab * 4)]
+        full_grid = d.sm_count * entry.ctas_per_sm
+        norm_stage = bool(entry.norm_stages)
+        stages = [("logits", tiles, f"{'x̂' if norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {bn}), fp32 logits",
+                   g.vocab * g.hidden * self.w + (0 if norm_stage else g.hidden * self.w), 0, band.m * g.vocab * 4)]
         parts = self._k_splits(band).down
-        regions = [Region("x_in", "io", "fp32", (parts, band.m, g.hidden), None, ("logits",)),
+        logits_in = "norm" if norm_stage else "logits"
+        regions = [Region("x_in", "io", "fp32", (parts, band.m, g.hidden), None, (logits_in,)),
                    Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else (),
                           _CTA_LOCAL if d.head == "ids" else None)]
-        regions.append(Region("x_hat", "scratch", d.dtype, (d.sm_count * entry.ctas_per_sm, band.m, g.hidden),
-                              "logits", ("logits",), _CTA_PRIVATE))
+        if norm_stage:  # one x̂ the norm stage writes and every logits CTA reads
+            stages.insert(0, ("norm", band.m, "(token row): x̂ = RMSNorm(x), read by every logits task",
+                              g.hidden * self.w, 0, 0))
+            regions.append(Region("x_hat", "scratch", d.dtype, (band.m, g.hidden), "norm", ("logits",)))
+        else:  # each CTA's own x̂, staged by the CTA itself
+            regions.append(Region("x_hat", "scratch", d.dtype, (full_grid, band.m, g.hidden), "logits", ("logits",),
+                                  _CTA_PRIVATE))
         if d.head == "ids":
-            stages.append(Stage(1, "argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0,
-                                band.m * 4))
+            stages.append(("argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0, band.m * 4))
             regions += [Region("tile_max", "scratch", "fp32", (band.m, tiles), "logits", ("argmax",)),
                         Region("tile_arg", "scratch", "i32", (band.m, tiles), "logits", ("argmax",)),
                         Region("next_ids", "io", "i32", (band.m,), "argmax", ())]
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
-              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages,
-              "NORM_ROWS": _norm_rows_per_load(entry.norm_rows, band)}
-        full_grid = d.sm_count * entry.ctas_per_sm
-        return self._moded("head", "head_kernel", band, mode, tuple(stages), tuple(regions), full_grid, cx, entry)
+              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
+              # with a norm stage no CTA stages x̂ itself, and norm_rows changes nothing
+              "NORM_ROWS": 1 if norm_stage else _norm_rows_per_load(entry.norm_rows, band)}
+        stages = tuple(Stage(i, *s) for i, s in enumerate(stages))
+        return self._moded("head", "head_kernel", band, mode, stages, tuple(regions), full_grid, cx, entry)
 
     def _moded(self, kind, kernel, band, mode, stages, regions, full_grid, cx, entry) -> tuple[ProgramPlan, ...]:
         """One persistent program running every stage, or one staged program per stage."""

@@ -82,7 +82,7 @@ def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():
                                                             "t"))):
         for p in plan_recipe(recipe, table).programs:
             if p.kind != "embed":
-                staged_per_cta = p.kind == "head" or not p.constexpr("NORM_STAGES")
+                staged_per_cta = not p.constexpr("NORM_STAGES" if p.kind == "layer" else "NORM_STAGE")
                 want = min(norm_rows, 1 << (p.band.m - 1).bit_length()) if staged_per_cta else 1
                 assert p.constexpr("NORM_ROWS") == want, p.name
     with pytest.raises(InputError, match="defaults.norm_rows: expected a power of two, got 3"):
@@ -117,3 +117,28 @@ def test_norm_stages_put_each_rmsnorm_in_a_stage_of_its_own():
     assert staged[0].endswith(".norm_qkv") and staged[5].endswith(".norm_up") and len(staged) == 8
     with pytest.raises(InputError, match="defaults.norm_stages: expected 0 or 1, got 2"):
         parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_stages": 2}}, "t")
+
+
+def test_norm_stages_give_the_head_a_norm_stage():
+    """The head's final RMSNorm follows the same key: a norm stage (a task per token row) writes
+    one [M, hidden] x̂ that every logits CTA reads after the edge between them; without it each
+    CTA stages its own slice. The bytes the step must move do not change."""
+    recipe = load_recipe(next(r for r in RECIPES if r.stem == "qwen3-8b-sm_90"))
+    shipped = load_schedule("sm_90")
+    plans = {flag: plan_recipe(recipe, parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_stages": flag}},
+                                                      "t")) for flag in (0, 1)}
+    band = recipe.deployment.bands[-1]
+    on, off = (plans[f].program(f"head.{band.name}.persistent") for f in (1, 0))
+    assert [s.name for s in on.stages] == ["norm", "logits", "argmax"] and on.stages[0].tasks == band.m
+    assert [s.name for s in off.stages] == ["logits", "argmax"]
+    regions = {r.name: r for r in on.regions}
+    assert (regions["x_hat"].shape, regions["x_hat"].writer, regions["x_hat"].readers, regions["x_hat"].same_stage) \
+        == ((band.m, recipe.geometry.hidden), "norm", ("logits",), None)
+    assert regions["x_in"].readers == ("norm",)
+    assert {(e.producer, e.consumer): e.regions for e in on.syncs} == {
+        ("norm", "logits"): ("x_hat",), ("logits", "argmax"): ("tile_max", "tile_arg")}
+    assert on.constexpr("NORM_STAGE") is True and off.constexpr("NORM_STAGE") is False
+    assert {r.name: r.shape[0] for r in off.regions}["x_hat"] == off.grid
+    assert all(plans[0].step_bytes(b, 1024) == plans[1].step_bytes(b, 1024) for b in recipe.deployment.bands)
+    staged = [p.name for p in plans[1].programs if p.kind == "head" and p.mode == "staged" and p.band == band]
+    assert [n.rsplit(".", 1)[1] for n in staged] == ["norm", "logits", "argmax"]
