@@ -36,9 +36,12 @@ VARIANTS = {
     "long_kv": {"kv_tile": 16, "long_kv_tile": 64},
     # the GEMVs' register double-buffer (the shipped table pipelines through shared memory)
     "register_pipeline": {"weight_stages": 1},
-    # norm stages stage x̂ one row per load (the shipped table: eight)
-    "norm_rows": {"norm_rows": 1},
-    # the RMSNorms as stages of their own (norm_qkv, norm_up), whose one x̂ every GEMV CTA reads
+    # no norm stages: every CTA of qkv, up and the head stages its own x̂, eight rows per load
+    # (the shipped norm_rows) or one
+    "cta_staging": {"norm_stages": 0},
+    "norm_rows": {"norm_stages": 0, "norm_rows": 1},
+    # the RMSNorms as stages of their own (norm_qkv, norm_up, the head's norm), whose one x̂
+    # every GEMV CTA reads
     "norm_stages": {"norm_stages": 1},
 }
 
@@ -101,6 +104,7 @@ def main(case: dict, workdir: Path) -> dict:
         "kv_tiles": [layer.constexpr("KT"), layer.constexpr("LONG_KT")],
         "attn_splits": layer.constexpr("SPLITS"),
         "layer_launches": sum(1 for x in step.step.launches if x.layer == 0),
+        "head_launches": sum(1 for x in step.step.launches if x.program.startswith("head.")),
     }
 
 

@@ -5,8 +5,8 @@ q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculativ
 qkv/o/down split over K (the hidden state then travels as partial sums), attention splits
 long enough for the long KV tile beside ones that walk the short tile, and the GEMVs' register
 double-buffer beside the shipped pipeline (one loop over a CTA's tasks × K chunks; every CTA
-has several tasks in the tiny geometries), norm stages that stage x̂ one row a load beside
-the shipped several, and the RMSNorms as stages of their own.
+has several tasks in the tiny geometries), every CTA staging its own x̂ (one row a load or
+several) beside the RMSNorms as stages of their own (the shipped default).
 Fresh random weights, caches and inputs per case; every scratch and output buffer poisoned with
 NaN first. Bounds: fp32 ≤ 1e-4 and bf16 ≤ 1e-2 relative error of the logits (bf16 rounding of
 one activation is 2⁻⁹ ≈ 2e-3; a few such roundings per layer stay well under 1e-2).
@@ -35,8 +35,10 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 2, 1, [45, 400], "long_kv"),
     # the GEMVs' register double-buffer instead of the shared-memory pipeline
     ("tiny-llama.json", "fp32", 2, 1, [70, 9], "register_pipeline"),
-    # x̂ staged one row per load (the shipped table stages 8: the 8-row cases above fill a block,
-    # the 6-row ones leave it part masked)
+    # x̂ staged by every CTA itself (no norm stages), eight rows per load (the 8-row case fills a
+    # block, the 6-row one leaves it part masked) or one
+    ("tiny-llama.json", "bf16", 8, 1, [90, 3, 0, 41, 200, 16, 5, 77], "cta_staging"),
+    ("tiny-qwen3.json", "fp32", 1, 6, [120], "cta_staging"),
     ("tiny-llama.json", "fp32", 8, 1, [12, 140, 0, 33, 7, 260, 64, 2], "norm_rows"),
     ("tiny-qwen3.json", "bf16", 1, 6, [150], "norm_rows"),
     # the RMSNorms as stages of their own (a split K too: x_in and x1 arrive as partials)
@@ -65,8 +67,9 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
-    if variant == "norm_stages":  # staged: one launch per stage, the two norm stages included
-        assert result["layer_launches"] == 8, f"{case}: {result['layer_launches']} launches a layer, not 8"
+    if variant in ("norm_stages", "cta_staging", "norm_rows"):  # staged: one launch a stage
+        want = (8, 3) if variant == "norm_stages" else (6, 2)  # the layer's and the greedy head's
+        assert (result["layer_launches"], result["head_launches"]) == want, f"{case}: {result}"
     if variant == "long_kv":
         short, long = result["kv_tiles"]
         pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks
