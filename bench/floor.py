@@ -83,20 +83,28 @@ class FloorTiming:
     p90_ms: float
 
 
-class FloorStep:
-    """The floor's launches bound to one source buffer on the current CUDA device, callable as a
-    step (capturable in a CUDA graph)."""
+def floor_source(launches: tuple[FloorLaunch, ...]):
+    """The bytes a floor step reads, on the current CUDA device: ones, so that after a run every
+    CTA's sink sums to the int32 it read (``FloorStep.verify`` checks it). Every variant and depth
+    of a band's floor reads the same chunks, so one buffer serves them all."""
+    import torch
 
-    def __init__(self, launches: tuple[FloorLaunch, ...], target: str, depth: int, kernels: dict):
+    return torch.ones(sum(sum(x.stage_chunks) for x in launches) * CHUNK_INTS, dtype=torch.int32, device="cuda")
+
+
+class FloorStep:
+    """The floor's launches bound to a source buffer (``floor_source``) on the current CUDA device,
+    callable as a step (capturable in a CUDA graph)."""
+
+    def __init__(self, launches: tuple[FloorLaunch, ...], target: str, depth: int, kernels: dict, src):
         import torch
 
         from ..runtime.cuda import CudaKernel
         from ..runtime.params import ParamBlock
 
         self.launches = launches
-        total = sum(sum(x.stage_chunks) for x in launches)
-        # Ones, so that after a run every CTA's sink sums to the int32 it read: ``verify`` checks it.
-        self.src = torch.ones(total * CHUNK_INTS, dtype=torch.int32, device="cuda")
+        if src.numel() < sum(sum(x.stage_chunks) for x in launches) * CHUNK_INTS:
+            raise ValueError("floor source buffer smaller than the launches' chunks")
         self._bound = []
         first = 0
         for x in launches:
@@ -111,10 +119,9 @@ class FloorStep:
             stage_chunks = torch.tensor(x.stage_chunks, dtype=torch.int64, device="cuda")
             counters = torch.zeros(max(1, len(x.stage_chunks) - 1), dtype=torch.int64, device="cuda")
             sink = torch.zeros(x.grid * CHUNK_INTS, dtype=torch.int32, device="cuda")
-            src = self.src.data_ptr() + first * CHUNK_BYTES
             params = ParamBlock(["*i32", "*i64", "*i64", "*i32", "i32"],
-                                [src, stage_chunks.data_ptr(), counters.data_ptr(), sink.data_ptr(),
-                                 len(x.stage_chunks)])
+                                [src.data_ptr() + first * CHUNK_BYTES, stage_chunks.data_ptr(), counters.data_ptr(),
+                                 sink.data_ptr(), len(x.stage_chunks)])
             self._bound.append((kernels[key], params, stage_chunks, counters, sink))
             first += sum(x.stage_chunks)
 
