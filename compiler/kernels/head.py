@@ -11,7 +11,7 @@ import triton
 import triton.language as tl
 
 from .common import clock_end, clock_start, load_act, signal, step_epoch, wait
-from .layer import gemv_stage, norm_stage
+from .layer import gemv_stage, leading_norm_stage
 
 
 @triton.jit
@@ -58,15 +58,9 @@ def head_kernel(
     pid = tl.program_id(0)
     r = tl.arange(0, ROWS_P)
     target = 0
-    if NORM_STAGE and FIRST <= 0 and LAST >= 0:
-        if PDL:  # nothing the last layer wrote is read before its launch has finished
-            tl.extra.cuda.gdc_wait()
-        clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
-        norm_stage(pid, x_in, X_PARTS, final_norm, x_hat, M, H, H_P, EPS, G)
-        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
-    if NORM_STAGE and PERSISTENT:
-        target = (step_epoch(counters, G) + 1) * G
-        signal(counters)
+    if NORM_STAGE:
+        target = leading_norm_stage(pid, x_in, X_PARTS, final_norm, x_hat, counters, stage_clock, M, H, H_P, EPS, G,
+                                    FIRST <= 0 and LAST >= 0, PERSISTENT, PDL, CLOCK, CLOCK_SLOTS)
     if FIRST <= N_LOGITS and LAST >= N_LOGITS:
         gemv_stage(pid, x_hat if NORM_STAGE else x_in, 1 if NORM_STAGE else X_PARTS, final_norm, x_hat, w_head,
                    logits, final_norm, x_in, 1, counters, target, hang_log, stage_clock, 1 + 2 * N_LOGITS,

@@ -384,6 +384,28 @@ def norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.con
 
 
 @triton.jit
+def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, counters, stage_clock,
+                       M: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, EPS: tl.constexpr, G: tl.constexpr,
+                       RUN: tl.constexpr, PERSISTENT: tl.constexpr, PDL: tl.constexpr, CLOCK: tl.constexpr,
+                       CLOCK_SLOTS: tl.constexpr):
+    """A program's first stage when it is a norm stage (the layer's norm_qkv, the head's norm):
+    ``norm_stage`` after the PDL wait for the previous launch (nothing it wrote is read before
+    that launch has finished), clocked as stage 0 and, in persistent mode, signalled on edge 0.
+    Returns the step's sync target (0 outside persistent mode), read before that first signal."""
+    target = 0
+    if RUN:
+        if PDL:
+            tl.extra.cuda.gdc_wait()
+        clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
+        norm_stage(pid, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, M, K, K_P, EPS, G)
+        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
+    if PERSISTENT:
+        target = (step_epoch(counters, G) + 1) * G
+        signal(counters)
+    return target
+
+
+@triton.jit
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
@@ -422,15 +444,9 @@ def layer_kernel(
     QKV_WAIT: tl.constexpr = (1 if PERSISTENT else 0) if NORM_STAGES else (2 if PDL else 0)
     pid = tl.program_id(0)
     target = 0
-    if NORM_STAGES and FIRST <= 0 and LAST >= 0:  # norm_qkv
-        if PDL:  # nothing the previous layer wrote is read before its launch has finished
-            tl.extra.cuda.gdc_wait()
-        clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
-        norm_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, M, H, H_P, EPS, G)
-        clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
-    if NORM_STAGES and PERSISTENT:
-        target = (step_epoch(counters, G) + 1) * G
-        signal(counters + 0)
+    if NORM_STAGES:  # norm_qkv
+        target = leading_norm_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, counters, stage_clock, M, H, H_P, EPS,
+                                    G, FIRST <= 0 and LAST >= 0, PERSISTENT, PDL, CLOCK, CLOCK_SLOTS)
     if FIRST <= N_QKV and LAST >= N_QKV:
         # With PDL this launch may start while the previous layer drains (where its CTAs fit
         # beside the previous layer's): it reads nothing the previous layer wrote before
