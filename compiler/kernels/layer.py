@@ -149,37 +149,48 @@ def _walks_long_tiles(per_split, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl
 
 
 @triton.jit
-def _first_kv_tile(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, TASKS: tl.constexpr,
-                   NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr,
-                   KT: tl.constexpr, LONG_KT: tl.constexpr):
-    """The first KT cached tokens of an attention task's split. They were written by earlier
-    steps, so a CTA loads them before its wait for the qkv stage. Nothing for task ≥ TASKS, nor
-    for a split that walks long tiles: peeling KT tokens off it saves it no iteration, and
-    measured 2–2.5% slower (Llama-3.2-1B at 4 and 8 rows, and at context 32768)."""
+def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
+                 TASKS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+                 SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr, QP: tl.constexpr,
+                 TP: tl.constexpr):
+    """What an attention task reads that the qkv stage does not write, so a CTA loads it before
+    its wait: the row's context length, the positions of its query rows (``_attn_task``'s i) and
+    of its own tokens (j'), and the first KT cached tokens of its split (written by earlier steps).
+    After the wait the task's q then needs one round trip (qkv and the RoPE table together), not
+    three (context length → positions → RoPE table). Past the tasks (task ≥ TASKS) the row reads
+    as dead: context 0, nothing loaded. No KV tile for a split that walks long tiles: peeling KT
+    tokens off it saves it no iteration, and measured 2–2.5% slower (Llama-3.2-1B at 4 and 8 rows,
+    and at context 32768)."""
+    GROUP: tl.constexpr = NQ // NKV
     b, h, s = _task_coords(task, NKV, SPLITS)
-    ctx = tl.load(context_lens_ptr + b, mask=task < TASKS, other=0)  # past the tasks: a dead row, no pages
+    ctx = tl.load(context_lens_ptr + b, mask=task < TASKS, other=0)
+    i = tl.arange(0, QP)
+    q_pos = tl.load(positions_ptr + b * TOKENS + i % TOKENS, mask=(i < GROUP * TOKENS) & (ctx > 0), other=0)
+    jn = tl.arange(0, TP)
+    n_pos = tl.load(positions_ptr + b * TOKENS + jn, mask=(jn < TOKENS) & (ctx > 0), other=0)
     cached, first, end, per_split = _split_pages(ctx, s, TOKENS, SPLITS, BS)
     end = tl.where(_walks_long_tiles(per_split, BS, KT, LONG_KT), first, tl.minimum(end, first + KT // BS))
-    return _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first, end, cached, h, NKV, D, BS, KT)
+    k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first, end, cached, h, NKV,
+                                D, BS, KT)
+    return ctx, q_pos, n_pos, k, v, in_context
 
 
 @triton.jit
-def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr,
-               k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr,
-               part_ml_ptr, M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
+def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr,
+               q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
+               M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
                TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
                QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
 
     qkv holds QKV_PARTS split-K partials of the [M, NQKV] projection, added as they are loaded.
-    (k_first, v_first, in_first) is the split's first KV tile, loaded by the caller
-    (``_first_kv_tile``).
+    The row's context length ctx, the positions q_pos and n_pos and the split's first KV tile
+    (k_first, v_first, in_first) are loaded by the caller (``_task_inputs``).
     """
     GROUP: tl.constexpr = NQ // NKV
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     b, h, s = _task_coords(task, NKV, SPLITS)
-    ctx = tl.load(context_lens_ptr + b)
     cached, first, end, per_split = _split_pages(ctx, s, TOKENS, SPLITS, BS)
     live = ctx > 0
     kv_dtype = k_cache_ptr.dtype.element_ty
@@ -188,7 +199,6 @@ def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexp
     i = tl.arange(0, QP)
     q_valid = (i < GROUP * TOKENS) & live
     q_tok = b * TOKENS + i % TOKENS
-    q_pos = tl.load(positions_ptr + q_tok, mask=q_valid, other=0)
     q = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr,
                    q_norm_ptr, q_valid, D, QK_NORM, EPS)
     q = (q * (1.0 / tl.sqrt(float(D)))).to(kv_dtype)
@@ -197,7 +207,6 @@ def _attn_task(task, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexp
     jn = tl.arange(0, TP)
     n_valid = (jn < TOKENS) & live
     n_tok = b * TOKENS + jn
-    n_pos = tl.load(positions_ptr + n_tok, mask=n_valid, other=0)
     k_new = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, n_tok * NQKV, (NQ + h) * D + jn * 0, n_pos, rope_ptr,
                        k_norm_ptr, n_valid, D, QK_NORM, EPS).to(kv_dtype)
     d = tl.arange(0, D)
@@ -465,22 +474,24 @@ def layer_kernel(
         signal(counters + N_QKV)
     if FIRST <= N_ATTN and LAST >= N_ATTN:
         ATTN_TASKS: tl.constexpr = ROWS * NKV * SPLITS
-        # The cached K/V the CTA's first task starts with do not depend on the qkv stage: their
-        # loads go out before the wait, and each task loads the next one's as it ends.
-        k_first, v_first, in_first = _first_kv_tile(pid, k_cache, v_cache, block_tables, bt_stride, context_lens,
-                                                    ATTN_TASKS, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT)
+        # What the CTA's first task reads besides qkv (its row's context and positions, the cached
+        # K/V it starts with) does not depend on the qkv stage: those loads go out before the
+        # wait, and each task loads the next one's as it ends.
+        ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
+            pid, k_cache, v_cache, block_tables, bt_stride, context_lens, positions, ATTN_TASKS, NQ, NKV, D, TOKENS,
+            SPLITS, BS, KT, LONG_KT, QP, TP)
         if PERSISTENT:
             wait(counters + N_ATTN - 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         clock_start(stage_clock, 1 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
-        # num_stages=1: the next task's tile is already loaded a task ahead; the pipeliner would
+        # num_stages=1: the next task's inputs are already loaded a task ahead; the pipeliner would
         # move the context-length load into shared memory, where C4 cannot follow it to the stores.
         for task in tl.range(pid, ATTN_TASKS, G, num_stages=1):
-            _attn_task(task, k_first, v_first, in_first, qkv, QKV_SPLIT, rope, q_norm, k_norm, k_cache, v_cache,
-                       block_tables, bt_stride, context_lens, positions, part_acc, part_ml, M, NQ, NKV, D, TOKENS,
-                       SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
-            k_first, v_first, in_first = _first_kv_tile(task + G, k_cache, v_cache, block_tables, bt_stride,
-                                                        context_lens, ATTN_TASKS, NKV, D, TOKENS, SPLITS, BS, KT,
-                                                        LONG_KT)
+            _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv, QKV_SPLIT, rope, q_norm, k_norm,
+                       k_cache, v_cache, block_tables, bt_stride, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS,
+                       KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
+            ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
+                task + G, k_cache, v_cache, block_tables, bt_stride, context_lens, positions, ATTN_TASKS, NQ, NKV, D,
+                TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP)
         clock_end(stage_clock, 2 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + N_ATTN)
