@@ -69,7 +69,10 @@ def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
             Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("x_hat", w),
             Arg("counters", "*i64"), Arg("hang_log", "*i64"), Arg("stage_clock", "*i64")]
-    return args, _debug_args_dropped(recipe)
+    dropped = _debug_args_dropped(recipe)
+    if recipe.deployment.head != "ids":  # a logits head has no argmax stage
+        dropped += ["tile_max", "tile_arg", "next_ids"]
+    return args, dropped
 
 
 def _debug_args_dropped(recipe: Recipe) -> list[str]:
