@@ -202,17 +202,21 @@ _CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, aft
 _CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its normed input), after a CTA barrier"
 
 
+def _x_hat(name: str, norm: str, gemv: str, dtype: str, m: int, h: int, grid: int, norm_stage: bool) -> Region:
+    """The normed input x̂ of a GEMV after an RMSNorm (qkv, up, the LM head): with a norm stage
+    (``norm``) one [M, hidden] copy it writes and every CTA of ``gemv`` reads after their edge;
+    without, each CTA's own slice, staged by the CTA itself."""
+    if norm_stage:
+        return Region(name, "scratch", dtype, (m, h), norm, (gemv,))
+    return Region(name, "scratch", dtype, (grid, m, h), gemv, (gemv,), _CTA_PRIVATE)
+
+
 def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits: KSplits, w_dtype: str,
                    grid: int, norm_stages: bool) -> tuple[Region, ...]:
     m, h, d = band.m, g.hidden, g.head_dim
-    if norm_stages:  # one x̂ a norm stage writes and every CTA of the next stage reads
-        qkv_in, up_in = "norm_qkv", "norm_up"
-        x_hats = (Region("x_hat_qkv", "scratch", w_dtype, (m, h), "norm_qkv", ("qkv",)),
-                  Region("x_hat_up", "scratch", w_dtype, (m, h), "norm_up", ("up",)))
-    else:  # each CTA's own x̂, staged by the CTA itself
-        qkv_in, up_in = "qkv", "up"
-        x_hats = (Region("x_hat_qkv", "scratch", w_dtype, (grid, m, h), "qkv", ("qkv",), _CTA_PRIVATE),
-                  Region("x_hat_up", "scratch", w_dtype, (grid, m, h), "up", ("up",), _CTA_PRIVATE))
+    qkv_in, up_in = ("norm_qkv", "norm_up") if norm_stages else ("qkv", "up")
+    x_hats = (_x_hat("x_hat_qkv", "norm_qkv", "qkv", w_dtype, m, h, grid, norm_stages),
+              _x_hat("x_hat_up", "norm_up", "up", w_dtype, m, h, grid, norm_stages))
     return (
         Region("x_in", "io", "fp32", (k_splits.down, m, h), None, (qkv_in, "o")),
         Region("qkv", "scratch", "fp32", (k_splits.qkv, m, g.qkv_rows), "qkv", ("attn",)),
@@ -347,13 +351,10 @@ class Planner:
         regions = [Region("x_in", "io", "fp32", (parts, band.m, g.hidden), None, (logits_in,)),
                    Region("logits", "io", "fp32", (band.m, g.vocab), "logits", ("logits",) if d.head == "ids" else (),
                           _CTA_LOCAL if d.head == "ids" else None)]
-        if norm_stage:  # one x̂ the norm stage writes and every logits CTA reads
+        regions.append(_x_hat("x_hat", "norm", "logits", d.dtype, band.m, g.hidden, full_grid, norm_stage))
+        if norm_stage:
             stages.insert(0, ("norm", band.m, "(token row): x̂ = RMSNorm(x), read by every logits task",
                               g.hidden * self.w, 0, 0))
-            regions.append(Region("x_hat", "scratch", d.dtype, (band.m, g.hidden), "norm", ("logits",)))
-        else:  # each CTA's own x̂, staged by the CTA itself
-            regions.append(Region("x_hat", "scratch", d.dtype, (full_grid, band.m, g.hidden), "logits", ("logits",),
-                                  _CTA_PRIVATE))
         if d.head == "ids":
             stages.append(("argmax", band.m, "(token row): reduce tile maxima to the greedy id", 0, 0, band.m * 4))
             regions += [Region("tile_max", "scratch", "fp32", (band.m, tiles), "logits", ("argmax",)),
