@@ -75,7 +75,8 @@ def test_shipped_long_kv_tiles_reach_the_layer_programs():
 def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():
     """norm_rows (x̂ rows a CTA stages per load) goes to the programs that stage x̂ per CTA as
     NORM_ROWS, at most the band's rows (rounded up to a power of two); the shipped table's is 8. A
-    layer program with norm stages stages nothing per CTA and gets 1, whatever the table says."""
+    layer or head program with a norm stage stages nothing per CTA and gets 1, whatever the table
+    says."""
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
     shipped = load_schedule("sm_90")
     for norm_rows, table in ((8, None), (4, parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 4}},
