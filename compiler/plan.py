@@ -162,6 +162,14 @@ class KSplits:
     down: int
 
 
+def _kv_substreams(entry: ScheduleEntry, kt: int) -> int:
+    """The long walk's sub-streams: the table's kv_substreams, as many as leave each sub-tile the
+    16 tokens a product needs; 1 where there is no long walk."""
+    if entry.long_kv_tile <= kt:
+        return 1
+    return max(1, min(entry.kv_substreams, entry.long_kv_tile // 16))
+
+
 def _norm_rows_per_load(norm_rows: int, band: Band) -> int:
     """Rows of x̂ a norm stage stages per load: the schedule's ``norm_rows``, at most the band's
     rows (rounded up to a power of two)."""
@@ -329,7 +337,8 @@ class Planner:
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages,
-            "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "SPLITS": splits,
+            "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": _kv_substreams(entry, kt),
+            "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
             # with norm stages no CTA stages x̂ itself, and norm_rows changes nothing

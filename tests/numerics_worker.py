@@ -34,6 +34,12 @@ VARIANTS = {
     "split_k": {"block_k": 64, "max_split_k": 8, "max_split_qkv": 8},
     # splits of ≥ 64 cached tokens walk 64-token tiles, shorter ones 16-token tiles
     "long_kv": {"kv_tile": 16, "long_kv_tile": 64},
+    # …each long tile as 4 sub-tiles of 16 tokens, one online-softmax state each
+    "long_kv_sub": {"kv_tile": 16, "long_kv_tile": 64, "kv_substreams": 4},
+    # on 16 SMs, with and without sub-tiles: a row's last splits walk long tiles over no cached
+    # tokens at all
+    "long_kv_empty": {"kv_tile": 16, "long_kv_tile": 64, "max_splits": 8},
+    "long_kv_empty_sub": {"kv_tile": 16, "long_kv_tile": 64, "max_splits": 8, "kv_substreams": 4},
     # the GEMVs' register double-buffer (the shipped table pipelines through shared memory)
     "register_pipeline": {"weight_stages": 1},
     # no norm stages: every CTA of qkv, up and the head stages its own x̂, eight rows per load
@@ -50,8 +56,9 @@ VARIANTS = {
 
 def main(case: dict, workdir: Path) -> dict:
     rows, tokens, dtype = case["rows"], case["tokens"], case["dtype"]
-    # A split case: more SMs than o/down have tiles, and short K chunks, so the planner splits K.
-    sm_count = 16 if case["variant"] == "split_k" else 4
+    # A split case: more SMs than o/down have tiles, and short K chunks, so the planner splits K;
+    # with more SMs a row also has more attention splits than a short context fills.
+    sm_count = 16 if case["variant"] in ("split_k", "long_kv_empty", "long_kv_empty_sub") else 4
     doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
            "max_context": 512, "head": "logits" if case["variant"] == "logits_head" else "ids", "modes": ["staged"]}
@@ -105,6 +112,7 @@ def main(case: dict, workdir: Path) -> dict:
         "k_splits": [layer.constexpr("QKV_SPLIT"), layer.constexpr("O_SPLIT"), layer.constexpr("DOWN_SPLIT")],
         "kv_tiles": [layer.constexpr("KT"), layer.constexpr("LONG_KT")],
         "attn_splits": layer.constexpr("SPLITS"),
+        "kv_substreams": layer.constexpr("KV_SUB"),
         "layer_launches": sum(1 for x in step.step.launches if x.layer == 0),
         "head_launches": sum(1 for x in step.step.launches if x.program.startswith("head.")),
     }

@@ -33,6 +33,13 @@ CASES = [
     # a long row's splits walk long KV tiles, a short row's short ones, in one step
     ("tiny-llama.json", "fp32", 2, 1, [300, 40], "long_kv"),
     ("tiny-qwen3.json", "bf16", 2, 1, [45, 400], "long_kv"),
+    # …in sub-tiles, one online-softmax state each (merged after the walk)
+    ("tiny-llama.json", "fp32", 2, 1, [300, 40], "long_kv_sub"),
+    ("tiny-qwen3.json", "bf16", 2, 1, [45, 400], "long_kv_sub"),
+    # …and with 8 splits of 4 pages over 25, the row's last split walks long tiles over nothing
+    # (it still attends to the step's own token), with and without sub-tiles
+    ("tiny-llama.json", "fp32", 1, 1, [400], "long_kv_empty"),
+    ("tiny-llama.json", "fp32", 1, 1, [400], "long_kv_empty_sub"),
     # the GEMVs' register double-buffer instead of the shared-memory pipeline
     ("tiny-llama.json", "fp32", 2, 1, [70, 9], "register_pipeline"),
     # x̂ staged by every CTA itself (no norm stages), eight rows per load (the 8-row case fills a
@@ -72,9 +79,16 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
     if variant in ("norm_stages", "cta_staging", "norm_rows", "logits_head"):  # staged: one launch a stage
         want = {"norm_stages": (8, 3), "logits_head": (8, 2)}.get(variant, (6, 2))  # the layer's and the head's
         assert (result["layer_launches"], result["head_launches"]) == want, f"{case}: {result}"
-    if variant == "long_kv":
+    assert result["kv_substreams"] == (4 if variant.endswith("_sub") else 1), f"{case}: {result}"
+    if variant in ("long_kv", "long_kv_sub"):
         short, long = result["kv_tiles"]
         pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks
         per_split = [-(-p // result["attn_splits"]) * 16 for p in pages]
         assert any(n >= long for n in per_split) and any(0 < n < long for n in per_split), \
             f"{case}: not one split of each kind ({per_split} cached tokens per split, tiles {short}/{long})"
+    if variant in ("long_kv_empty", "long_kv_empty_sub"):
+        long, splits = result["kv_tiles"][1], result["attn_splits"]
+        pages = -(-(context_lens[0] - tokens) // 16)
+        per_split = -(-pages // splits)
+        assert per_split * 16 >= long and (splits - 1) * per_split >= pages, \
+            f"{case}: no empty split that walks long tiles ({pages} pages, {splits} splits)"

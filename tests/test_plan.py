@@ -2,6 +2,7 @@
 every layer program and the head of a band must store and read the same number of partials), the
 long KV tile from the schedule to the programs, and the RMSNorms as stages of their own."""
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -61,15 +62,40 @@ def test_keys_where_zero_has_a_meaning_take_it_or_their_usual_values(key, value,
 
 
 def test_shipped_long_kv_tiles_reach_the_layer_programs():
-    """Where the table sets long_kv_tile and long_kv_stages (Llama-3.2-1B's 1..8-row bands), the
-    layer programs get them as LONG_KT and LONG_KV_STAGES; elsewhere LONG_KT is 0, the attention
-    walks kv_tile tokens only, and LONG_KV_STAGES is KV_STAGES."""
+    """Where the table sets long_kv_tile, long_kv_stages and kv_substreams (Llama-3.2-1B's 1..8-row
+    bands: 128-token tiles in 4 sub-tiles, 7 deep, at 1 and 8 rows; 256-token tiles, 5 deep, at 2
+    and 4), the layer programs get them as LONG_KT, LONG_KV_STAGES and KV_SUB; elsewhere LONG_KT
+    is 0, the attention walks kv_tile tokens only, LONG_KV_STAGES is KV_STAGES and KV_SUB 1."""
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
+    want = {1: (128, 7, 4), 2: (256, 5, 1), 4: (256, 5, 1), 8: (128, 7, 4)}
     for p in plan_recipe(recipe).programs:
         if p.kind == "layer":
-            long = p.band.tokens == 1
-            assert p.constexpr("LONG_KT") == (256 if long else 0), p.name
-            assert p.constexpr("LONG_KV_STAGES") == (5 if long else p.constexpr("KV_STAGES")), p.name
+            long_kt, stages, sub = want[p.band.rows] if p.band.tokens == 1 else (0, p.constexpr("KV_STAGES"), 1)
+            assert (p.constexpr("LONG_KT"), p.constexpr("LONG_KV_STAGES"), p.constexpr("KV_SUB")) == \
+                (long_kt, stages, sub), p.name
+
+
+@pytest.mark.parametrize("long_kv_tile,kv_substreams,want", [(128, 4, 4), (64, 8, 4), (32, 4, 2), (0, 4, 1)])
+def test_kv_substreams_leave_each_sub_tile_a_products_width(long_kv_tile, kv_substreams, want):
+    """KV_SUB is the table's kv_substreams, but no more than leaves each sub-tile 16 tokens (a
+    product's width), and 1 where no split walks long tiles."""
+    shipped = load_schedule("sm_90")
+    table = dataclasses.replace(shipped, defaults=dataclasses.replace(
+        shipped.defaults, kv_tile=16, long_kv_tile=long_kv_tile, kv_substreams=kv_substreams), entries=())
+    recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
+    layers = [p for p in plan_recipe(recipe, table).programs if p.kind == "layer"]
+    assert {p.constexpr("KV_SUB") for p in layers} == {want}
+
+
+@pytest.mark.parametrize("value,error", [(1, None), (4, None), (3, "expected a power of two"),
+                                         (0, "expected a positive integer")])
+def test_kv_substreams_is_a_power_of_two(value, error):
+    defaults = {**load_schedule("sm_90").defaults.__dict__, "kv_substreams": value}
+    if error is None:
+        assert parse_schedule({"defaults": defaults}, "t").defaults.kv_substreams == value
+    else:
+        with pytest.raises(InputError, match=f"defaults.kv_substreams: {error}"):
+            parse_schedule({"defaults": defaults}, "t")
 
 
 def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():

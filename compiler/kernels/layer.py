@@ -126,6 +126,63 @@ def _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, 
 
 
 @triton.jit
+def _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, h,
+                       NKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
+                       KV_STAGES: tl.constexpr, SUB: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """``_attend_pages`` with each KT-token tile cut into SUB sub-tiles of KT / SUB consecutive
+    tokens, sub-tile w feeding online-softmax state w, merged into (m_i, l_i, acc) once after the
+    walk.
+
+    Why: a decode query is a handful of rows (QP = 16 holds a GQA group of 4), so the one-state
+    walk lays a tile's KT tokens across the CTA's warps, and every tile's running max, running
+    sum and P·V operand cross warps through shared memory (nine CTA barriers a 256-token tile in
+    the SASS of Llama-3.2-1B's attention; two a 128-token tile here, the pipeline's own). Here a
+    tile is one batched product, [SUB, QP, D] × [SUB, D, KT / SUB], whose batch dimension Triton
+    spreads over the warps: a warp owns a sub-tile and its reductions stay inside it. The walk's
+    steady state is what streams a long context's KV bytes (Llama-3.2-1B 8 rows at context 32768:
+    3.70 → 3.50 ms, docs/PERFORMANCE.md)."""
+    QP: tl.constexpr = q.shape[0]
+    ST: tl.constexpr = KT // SUB
+    q3 = tl.broadcast_to(q[None, :, :], (SUB, QP, D))
+    m3 = tl.full([SUB, QP], float("-inf"), tl.float32)
+    l3 = tl.zeros([SUB, QP], tl.float32)
+    acc3 = tl.zeros([SUB, QP, D], tl.float32)
+    tok = tl.arange(0, SUB)[:, None] * ST + tl.arange(0, ST)[None, :]  # [SUB, ST]: token of the tile
+    d = tl.arange(0, D)
+    for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
+        page = p0 + tok // BS
+        block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
+        slot = (block * BS + tok % BS) * NKV + h
+        in_context = (page < end) & (page * BS + tok % BS < cached)
+        k = tl.load(k_cache_ptr + slot[:, :, None] * D + d[None, None, :], mask=in_context[:, :, None], other=0.0)
+        v = tl.load(v_cache_ptr + slot[:, :, None] * D + d[None, None, :], mask=in_context[:, :, None], other=0.0)
+        if DOT_IEEE:
+            scores = tl.dot(q3, tl.trans(k, (0, 2, 1)), input_precision="ieee")
+        else:
+            scores = tl.dot(q3, tl.trans(k, (0, 2, 1)))
+        scores = tl.where(in_context[:, None, :], scores, float("-inf"))
+        m_new = tl.maximum(m3, tl.max(scores, axis=2))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m3 - m_safe)
+        p = tl.exp(scores - m_safe[:, :, None])
+        l3 = l3 * alpha + tl.sum(p, axis=2)
+        if DOT_IEEE:
+            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
+        else:
+            pv = tl.dot(p.to(v.dtype), v)
+        acc3 = acc3 * alpha[:, :, None] + pv
+        m3 = m_new
+    # Merge the SUB states and the incoming one.
+    m_new = tl.maximum(m_i, tl.max(m3, axis=0))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    w = tl.exp(m3 - m_safe[None, :])
+    alpha = tl.exp(m_i - m_safe)
+    l_i = l_i * alpha + tl.sum(l3 * w, axis=0)
+    acc = acc * alpha[:, None] + tl.sum(acc3 * w[:, :, None], axis=0)
+    return m_new, l_i, acc
+
+
+@triton.jit
 def _task_coords(task, NKV: tl.constexpr, SPLITS: tl.constexpr):
     """Attention task → (row b, KV head h, split s)."""
     return task // (SPLITS * NKV), (task // SPLITS) % NKV, task % SPLITS
@@ -180,8 +237,8 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV
                q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
                M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
                TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
-               KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
-               QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
+               KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
+               TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
 
     qkv holds QKV_PARTS split-K partials of the [M, NQKV] projection, added as they are loaded.
@@ -224,8 +281,12 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV
     table = block_tables_ptr + b * bt_stride
     rest = first + KT // BS
     if LONG_KT > KT and _walks_long_tiles(per_split, BS, KT, LONG_KT):
-        m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h, NKV,
-                                      D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
+        if KV_SUB > 1:
+            m_i, l_i, acc = _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached,
+                                               h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, KV_SUB, DOT_IEEE)
+        else:
+            m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h,
+                                          NKV, D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
     else:
         m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, m_i, l_i, acc, DOT_IEEE)
         m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, h, NKV,
@@ -422,7 +483,8 @@ def layer_kernel(
     H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
-    LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, SPLITS: tl.constexpr,
+    LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr,
+    SPLITS: tl.constexpr,
     SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr,
     DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
@@ -488,7 +550,7 @@ def layer_kernel(
         for task in tl.range(pid, ATTN_TASKS, G, num_stages=1):
             _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv, QKV_SPLIT, rope, q_norm, k_norm,
                        k_cache, v_cache, block_tables, bt_stride, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS,
-                       KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, QP, TP, QK_NORM, EPS, DOT_IEEE)
+                       KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB, QP, TP, QK_NORM, EPS, DOT_IEEE)
             ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
                 task + G, k_cache, v_cache, block_tables, bt_stride, context_lens, positions, ATTN_TASKS, NQ, NKV, D,
                 TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP)
