@@ -3,7 +3,7 @@
 # cuda-bindings, transformers), then the GPU tests, the transformers check and the bench over
 # packages compiled on the CPU machine. Usage: tools/gpu_session.sh PACKAGES_DIR STAGES...
 # Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>[:<flags>]],
-# stages:<recipe>:<bands>, clock:<clock package>:<bands>, hang:<debug package>, tune:<recipe>:<bands>, compile:<recipe> (into
+# stages:<recipe>:<bands>, clock:<clock package>:<bands>[:<context>], hang:<debug package>, tune:<recipe>:<bands>, compile:<recipe> (into
 # PACKAGES_DIR, with the table the tune stages wrote when there is one). <flags> are bench options
 # without their dashes, comma-separated (e.g. no-baseline,no-pin-occupancy,mode=persistent).
 # Logs go to $OUT, one file per stage.
@@ -30,7 +30,7 @@ for stage in "$@"; do
              $flags 2> "$OUT/$log.err" | tee "$OUT/$log.txt"; tail -3 "$OUT/$log.err" ;;
     stages) for band in ${b//,/ }; do timeout 100 python3 tools/stage_times.py "$PKGS/$a/sm_90" --band "$band" 2>&1 | tee -a "$OUT/stages.txt"; done ;;
     clock) for band in ${b//,/ }; do timeout 100 python3 tools/stage_clock.py "$PKGS/$a/sm_90" --band "$band" \
-             --save "$OUT/clock-${a//\//_}-$band.pt" 2>&1 | tee -a "$OUT/clock.txt"; done ;;
+             --context "${c:-1024}" --save "$OUT/clock-${a//\//_}-$band-${c:-1024}.pt" 2>&1 | tee -a "$OUT/clock.txt"; done ;;
     hang) timeout 200 python3 tools/hang_check.py "$PKGS/$a/sm_90" 2>&1 | tee "$OUT/hang-check.txt" ;;
     compile) timeout 200 python3 -m monobuild.cli.main compile "recipes/$a.yaml" --out "$PKGS" --jobs 16 \
                $( [ -f "$OUT/sm_90.yaml" ] && echo --schedule "$OUT/sm_90.yaml" ) 2>&1 | tail -3 ;;

@@ -1,0 +1,128 @@
+"""How fast one CTA per SM can stream a paged KV cache, by the order it reads it in.
+
+    python tools/kv_access.py [--gib 1] [--stages 3 5] [--tokens 256]
+
+A micro-benchmark behind the attention stage's design (docs/PERFORMANCE.md), run on the GPU
+with Triton. The cache has the serving engines' layout, [blocks, 16 tokens, KV heads, head dim]
+in bf16: one 16-token page of one layer is 16 KB, and within it a KV head's row of one token is
+128 bytes, KV heads × 128 bytes apart. Every mode streams the same bytes, in tiles of T tokens ×
+128 bytes (32 KB at the default T = 256), one CTA per SM, into a product (``tl.dot`` of ones and
+the tile) as attention's K and V go into its products, so that Triton's software pipeline
+streams them through shared memory (``cp.async``) as it does those:
+
+- ``contiguous``: 32 KB tiles of consecutive bytes (what the floor streams);
+- ``head``: a CTA walks one KV head's rows of a run of tokens, pages through a block table (the
+  attention stage's walk: 128-byte rows, KV heads × 128 bytes apart);
+- ``page``: a CTA walks whole pages, every KV head of its tokens (16 KB contiguous a page),
+  pages through a block table.
+
+Block tables are a random permutation of the pages (``random``) or the identity (``ordered``).
+The device-to-device copy bandwidth (read + write), the roofline's denominator, is printed
+beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import triton
+import triton.language as tl
+
+BS, NKV, D = 16, 8, 64  # tokens a page, KV heads, head dim (Llama-3.2-1B)
+TILE = 16384  # bf16 elements a tile: 32 KB
+
+
+@triton.jit
+def _stream(cache, table, sink, n_tiles, MODE: tl.constexpr, T: tl.constexpr, STAGES: tl.constexpr,
+            BS: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr):
+    """CTA pid streams tiles [pid·n_tiles, (pid + 1)·n_tiles) of its walk and stores a checksum."""
+    pid = tl.program_id(0)
+    if MODE == 0:  # contiguous: T rows of NKV·D elements
+        rows = tl.arange(0, T // NKV)
+        cols = tl.arange(0, NKV * D)
+        ones = tl.full([16, T // NKV], 1.0, tl.bfloat16)
+        acc = tl.zeros([16, NKV * D], tl.float32)
+        for i in tl.range(0, n_tiles, num_stages=STAGES):
+            tile = (pid * n_tiles + i).to(tl.int64)
+            x = tl.load(cache + tile * (T * D) + rows[:, None] * (NKV * D) + cols[None, :])
+            acc = tl.dot(ones, x, acc)
+        tl.store(sink + pid * NKV * D + cols, tl.sum(acc, axis=0))
+    elif MODE == 1:  # head: T tokens of KV head h, pages from the table
+        h = pid % NKV
+        t = tl.arange(0, T)
+        d = tl.arange(0, D)
+        ones = tl.full([16, T], 1.0, tl.bfloat16)
+        acc = tl.zeros([16, D], tl.float32)
+        for i in tl.range(0, n_tiles, num_stages=STAGES):
+            page = ((pid // NKV) * n_tiles + i) * (T // BS) + t // BS
+            block = tl.load(table + page).to(tl.int64)
+            x = tl.load(cache + ((block * BS + t % BS) * NKV + h)[:, None] * D + d[None, :])
+            acc = tl.dot(ones, x, acc)
+        tl.store(sink + pid * NKV * D + d, tl.sum(acc, axis=0))
+    else:  # page: T // NKV tokens, every KV head, pages from the table
+        r = tl.arange(0, T // NKV)
+        c = tl.arange(0, NKV * D)
+        ones = tl.full([16, T // NKV], 1.0, tl.bfloat16)
+        acc = tl.zeros([16, NKV * D], tl.float32)
+        for i in tl.range(0, n_tiles, num_stages=STAGES):
+            page = (pid * n_tiles + i) * (T // NKV // BS) + r // BS
+            block = tl.load(table + page).to(tl.int64)
+            x = tl.load(cache + ((block * BS + r % BS) * NKV * D)[:, None] + c[None, :])
+            acc = tl.dot(ones, x, acc)
+        tl.store(sink + pid * NKV * D + c, tl.sum(acc, axis=0))
+
+
+def _time(fn, reps: int = 20) -> float:
+    """Median milliseconds of fn over reps, after a warm-up."""
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return sorted(times)[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--gib", type=float, default=1.0, help="cache bytes streamed a run")
+    ap.add_argument("--stages", type=int, nargs="+", default=[3, 5], help="pipeline depths")
+    ap.add_argument("--tokens", type=int, default=256, help="tokens a tile in the head mode (T)")
+    args = ap.parse_args()
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    grid = sms // NKV * NKV  # whole groups of KV heads, as the attention stage's tasks
+    tile_bytes = args.tokens * D * 2
+    n_tiles = int(args.gib * 2**30) // (grid * tile_bytes)
+    pages = grid * n_tiles * args.tokens // BS // NKV
+    cache = torch.randn(pages * BS * NKV * D, dtype=torch.bfloat16, device="cuda")
+    sink = torch.empty(grid * NKV * D, dtype=torch.float32, device="cuda")
+    nbytes = cache.numel() * 2
+    tables = {"ordered": torch.arange(pages, dtype=torch.int32, device="cuda"),
+              "random": torch.randperm(pages, device="cuda").to(torch.int32)}
+    dst = torch.empty_like(cache)
+    copy_ms = _time(lambda: dst.copy_(cache))
+    print(f"{torch.cuda.get_device_name(0)}, {sms} SMs, grid {grid}, {nbytes / 2**30:.2f} GiB streamed, "
+          f"{args.tokens}-token head tiles ({tile_bytes // 1024} KB)")
+    print(f"device-to-device copy (read + write): {2 * nbytes / copy_ms / 1e6:.0f} GB/s")
+    print(f"{'mode':<12}{'table':<9}{'stages':>6}{'ms':>9}{'GB/s':>8}{'of copy':>9}")
+    for mode, name in enumerate(("contiguous", "head", "page")):
+        for table_name, table in tables.items():
+            if mode == 0 and table_name == "random":
+                continue
+            for stages in args.stages:
+                def run(mode=mode, table=table, stages=stages):
+                    _stream[(grid,)](cache, table, sink, n_tiles, MODE=mode, T=args.tokens, STAGES=stages, BS=BS,
+                                     NKV=NKV, D=D, num_warps=4)
+                ms = _time(run)
+                gbs = nbytes / ms / 1e6
+                print(f"{name:<12}{table_name if mode else '—':<9}{stages:>6}{ms:>9.3f}{gbs:>8.0f}"
+                      f"{gbs / (2 * nbytes / copy_ms / 1e6):>9.1%}")
+
+
+if __name__ == "__main__":
+    main()
