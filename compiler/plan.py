@@ -326,7 +326,10 @@ class Planner:
         splits = self._splits(band, full_grid, entry)
         k_splits = self._k_splits(band)
         kt, long_kt = max(entry.kv_tile, d.kv_cache.block_size), entry.long_kv_tile
-        kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens)" if long_kt > kt else "")
+        sub = _kv_substreams(entry, kt)
+        in_subs = f", each as {sub} sub-tiles with their own softmax states" if sub > 1 else ""
+        kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
+                                          if long_kt > kt else "")
         norm_stages = bool(entry.norm_stages)
         stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits, kv_tiles, norm_stages), entry.block_n, g,
                              k_splits)
@@ -337,7 +340,7 @@ class Planner:
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages,
-            "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": _kv_substreams(entry, kt),
+            "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": sub,
             "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
