@@ -5,8 +5,9 @@ the step's structure. For each launch of the step it runs the floor program
 (``compiler/kernels/floor.py``) with the launch's grid, CTAs per SM, warps, PDL and cooperative
 attributes, one stage per real stage with the same sync edges between them, and each stage's
 bytes as the planner counts them for the roofline (weights, the KV at the bench's context, the
-activations in and out). It moves nothing else and computes nothing, so no schedule of the real
-programs can beat it. Two variants:
+activations in and out). It moves nothing else and computes nothing; the real programs, whose
+stages also start loading after their waits, have not beaten it (``compiler/kernels/floor.py``
+says when one could). Two variants:
 
 - ``per_layer``: the step's own launches (the embedding, one program per decoder layer, the head);
 - ``one_launch``: the decoder layers and the head in one persistent launch, the launch boundary

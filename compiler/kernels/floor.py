@@ -6,8 +6,10 @@ real program also pays for its structure (a launch per layer, a grid-wide sync e
 stages, every CTA ramping its memory pipeline up at each stage and draining it at the end). This
 program keeps the structure and drops everything else (no arithmetic, no activations, no
 indirection, each stage's bytes spread evenly over the CTAs in contiguous 16-byte-aligned
-chunks), so its time is what the structure alone costs: no schedule of the real program can beat
-it, and the gap between the two is what the stages' own work loses.
+chunks), so its time is what the structure alone costs, and the gap between the two is what the
+stages' own work loses. Like the real stages, each of its stages starts loading after its wait: a
+real program could beat it only by streaming a stage's bytes before that stage's wait (the
+register double-buffer loads one weight chunk there), and none measured has.
 """
 
 import triton
