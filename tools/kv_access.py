@@ -41,7 +41,7 @@ def _stream(cache, table, sink, n_tiles, MODE: tl.constexpr, T: tl.constexpr, ST
     if MODE == 0:  # contiguous: T rows of NKV·D elements
         rows = tl.arange(0, T // NKV)
         cols = tl.arange(0, NKV * D)
-        ones = tl.full([16, T // NKV], 1.0, tl.bfloat16)
+        ones = tl.full([16, T // NKV], 1.0, tl.float32).to(cache.dtype.element_ty)
         acc = tl.zeros([16, NKV * D], tl.float32)
         for i in tl.range(0, n_tiles, num_stages=STAGES):
             tile = (pid * n_tiles + i).to(tl.int64)
@@ -52,7 +52,7 @@ def _stream(cache, table, sink, n_tiles, MODE: tl.constexpr, T: tl.constexpr, ST
         h = pid % NKV
         t = tl.arange(0, T)
         d = tl.arange(0, D)
-        ones = tl.full([16, T], 1.0, tl.bfloat16)
+        ones = tl.full([16, T], 1.0, tl.float32).to(cache.dtype.element_ty)
         acc = tl.zeros([16, D], tl.float32)
         for i in tl.range(0, n_tiles, num_stages=STAGES):
             page = ((pid // NKV) * n_tiles + i) * (T // BS) + t // BS
@@ -63,7 +63,7 @@ def _stream(cache, table, sink, n_tiles, MODE: tl.constexpr, T: tl.constexpr, ST
     else:  # page: T // NKV tokens, every KV head, pages from the table
         r = tl.arange(0, T // NKV)
         c = tl.arange(0, NKV * D)
-        ones = tl.full([16, T // NKV], 1.0, tl.bfloat16)
+        ones = tl.full([16, T // NKV], 1.0, tl.float32).to(cache.dtype.element_ty)
         acc = tl.zeros([16, NKV * D], tl.float32)
         for i in tl.range(0, n_tiles, num_stages=STAGES):
             page = (pid * n_tiles + i) * (T // NKV // BS) + r // BS
@@ -88,19 +88,39 @@ def _time(fn, reps: int = 20) -> float:
     return sorted(times)[len(times) // 2]
 
 
+MODES = ("contiguous", "head", "page")
+
+
+def stream(mode: str, cache: torch.Tensor, table: torch.Tensor, sink: torch.Tensor, grid: int, n_tiles: int,
+           tokens: int, stages: int) -> None:
+    """One walk (``MODES``) over the whole cache: ``grid`` CTAs of ``n_tiles`` tiles of ``tokens``
+    KV-head rows each; each CTA's checksum goes to its row of ``sink``."""
+    _stream[(grid,)](cache, table, sink, n_tiles, MODE=MODES.index(mode), T=tokens, STAGES=stages, BS=BS, NKV=NKV,
+                     D=D, num_warps=4)
+
+
+def checksum_matches(cache: torch.Tensor, sink: torch.Tensor) -> bool:
+    """Whether a walk read every element of the cache exactly once: each product adds a tile into
+    16 rows, so the checksums add up to 16 × the cache's sum (exact for small integers)."""
+    return sink.double().sum().item() == 16 * cache.double().sum().item()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--gib", type=float, default=1.0, help="cache bytes streamed a run")
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 5], help="pipeline depths")
-    ap.add_argument("--tokens", type=int, default=256, help="tokens a tile in the head mode (T)")
+    ap.add_argument("--tokens", type=int, default=256, help="tokens a tile in the head mode (T), a multiple of 128")
     args = ap.parse_args()
+    if args.tokens % (BS * NKV) or args.tokens & (args.tokens - 1):
+        ap.error(f"--tokens: a power of two and a multiple of {BS * NKV} (a page of every KV head), got {args.tokens}")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     grid = sms // NKV * NKV  # whole groups of KV heads, as the attention stage's tasks
     tile_bytes = args.tokens * D * 2
     n_tiles = int(args.gib * 2**30) // (grid * tile_bytes)
     pages = grid * n_tiles * args.tokens // BS // NKV
-    cache = torch.randn(pages * BS * NKV * D, dtype=torch.bfloat16, device="cuda")
-    sink = torch.empty(grid * NKV * D, dtype=torch.float32, device="cuda")
+    # Small positive integers: the checksums are exact, and one tile missed or read twice changes them.
+    cache = torch.randint(1, 3, (pages * BS * NKV * D,), device="cuda").to(torch.bfloat16)
+    sink = torch.zeros(grid * NKV * D, dtype=torch.float32, device="cuda")
     nbytes = cache.numel() * 2
     tables = {"ordered": torch.arange(pages, dtype=torch.int32, device="cuda"),
               "random": torch.randperm(pages, device="cuda").to(torch.int32)}
@@ -110,17 +130,21 @@ def main() -> None:
           f"{args.tokens}-token head tiles ({tile_bytes // 1024} KB)")
     print(f"device-to-device copy (read + write): {2 * nbytes / copy_ms / 1e6:.0f} GB/s")
     print(f"{'mode':<12}{'table':<9}{'stages':>6}{'ms':>9}{'GB/s':>8}{'of copy':>9}")
-    for mode, name in enumerate(("contiguous", "head", "page")):
+    for mode in MODES:
         for table_name, table in tables.items():
-            if mode == 0 and table_name == "random":
+            if mode == "contiguous" and table_name == "random":
                 continue
             for stages in args.stages:
                 def run(mode=mode, table=table, stages=stages):
-                    _stream[(grid,)](cache, table, sink, n_tiles, MODE=mode, T=args.tokens, STAGES=stages, BS=BS,
-                                     NKV=NKV, D=D, num_warps=4)
+                    stream(mode, cache, table, sink, grid, n_tiles, args.tokens, stages)
+                sink.zero_()
+                run()
+                if not checksum_matches(cache, sink):
+                    raise SystemExit(f"kv_access: the {mode} walk ({table_name} table, {stages} deep) did not read "
+                                     f"the cache exactly once")
                 ms = _time(run)
                 gbs = nbytes / ms / 1e6
-                print(f"{name:<12}{table_name if mode else '—':<9}{stages:>6}{ms:>9.3f}{gbs:>8.0f}"
+                print(f"{mode:<12}{table_name if mode != 'contiguous' else '—':<9}{stages:>6}{ms:>9.3f}{gbs:>8.0f}"
                       f"{gbs / (2 * nbytes / copy_ms / 1e6):>9.1%}")
 
 
