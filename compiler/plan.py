@@ -170,10 +170,10 @@ def _kv_substreams(entry: ScheduleEntry, kt: int) -> int:
     return max(1, min(entry.kv_substreams, entry.long_kv_tile // 16))
 
 
-def _norm_rows_per_load(norm_rows: int, band: Band) -> int:
-    """Rows of x̂ a norm stage stages per load: the schedule's ``norm_rows``, at most the band's
-    rows (rounded up to a power of two)."""
-    return min(norm_rows, next_pow2(band.m))
+def _norm_rows_per_load(entry: ScheduleEntry, band: Band) -> int:
+    """Rows of x̂ a CTA stages per load: the schedule's ``norm_rows``, at most the band's rows
+    (rounded up to a power of two). With norm stages no CTA stages x̂ itself, and it is 1."""
+    return 1 if entry.norm_stages else min(entry.norm_rows, next_pow2(band.m))
 
 
 def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
@@ -344,8 +344,7 @@ class Planner:
             "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            # with norm stages no CTA stages x̂ itself, and norm_rows changes nothing
-            "NORM_ROWS": 1 if norm_stages else _norm_rows_per_load(entry.norm_rows, band), "NORM_STAGES": norm_stages,
+            "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
         return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
@@ -375,8 +374,7 @@ class Planner:
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
-              # with a norm stage no CTA stages x̂ itself, and norm_rows changes nothing
-              "NORM_ROWS": 1 if norm_stage else _norm_rows_per_load(entry.norm_rows, band)}
+              "NORM_ROWS": _norm_rows_per_load(entry, band)}
         stages = tuple(Stage(i, *s) for i, s in enumerate(stages))
         return self._moded("head", "head_kernel", band, mode, stages, tuple(regions), full_grid, cx, entry)
 

@@ -41,10 +41,10 @@ _KEYS = {f.name for f in fields(ScheduleEntry)}
 # weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
 # max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
 # iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
-# long_kv_stages to 0 (the long walk is pipelined as deep as the short one), kv_substreams to 1 (the
-# long walk keeps one online-softmax state), norm_rows to 1 (a norm
-# stage stages one row of x̂ per load), norm_stages to 0 (each CTA of a GEMV after an RMSNorm —
-# qkv, up, the LM head — stages x̂ itself).
+# long_kv_stages to 0 (the long walk is pipelined as deep as the short one), kv_substreams to 1
+# (the long walk keeps one online-softmax state), norm_rows to 1 (a norm stage stages one row of x̂
+# per load), norm_stages to 0 (each CTA of a GEMV after an RMSNorm — qkv, up, the LM head — stages
+# x̂ itself).
 _OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
              "kv_substreams", "norm_rows", "norm_stages"}
 _FLAGS = {"norm_stages"}  # 0 or 1
