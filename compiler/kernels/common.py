@@ -114,12 +114,22 @@ def load_w_chunk(w_ptr, rows, row_mask, k0, K: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def mm(a, b_t, DOT_IEEE: tl.constexpr):
-    """a @ b_t.T with fp32 accumulation; fp32 operands use IEEE products (no tf32 rounding)."""
-    if DOT_IEEE:
-        return tl.dot(a, tl.trans(b_t), input_precision="ieee")
+def trans_last(x):
+    """x with its last two dimensions swapped: a matrix transposed, or each of a batch of them."""
+    if len(x.shape) == 3:
+        return tl.trans(x, (0, 2, 1))
     else:
-        return tl.dot(a, tl.trans(b_t))
+        return tl.trans(x)
+
+
+@triton.jit
+def mm(a, b_t, DOT_IEEE: tl.constexpr):
+    """a @ b_t.T with fp32 accumulation (for [B, M, K] and [B, N, K], a product per batch entry);
+    fp32 operands use IEEE products (no tf32 rounding)."""
+    if DOT_IEEE:
+        return tl.dot(a, trans_last(b_t), input_precision="ieee")
+    else:
+        return tl.dot(a, trans_last(b_t))
 
 
 @triton.jit

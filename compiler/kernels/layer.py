@@ -39,6 +39,7 @@ from .common import (
     signal,
     stage_activation,
     step_epoch,
+    trans_last,
     wait,
     x_chunk,
 )
@@ -73,22 +74,23 @@ def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr, row_off,
 
 @triton.jit
 def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
-    """One online-softmax step over a tile of scores (masked entries are -inf)."""
-    m_new = tl.maximum(m_i, tl.max(scores, axis=1))
+    """One online-softmax step over a tile of scores [..., rows, tokens] (masked entries are -inf)
+    and its values [..., tokens, D]: a state per row, or per row of each batch entry."""
+    m_new = tl.maximum(m_i, tl.max(scores, axis=-1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp(m_i - m_safe)
-    p = tl.exp(scores - m_safe[:, None])
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = acc * alpha[:, None] + mm(p.to(values.dtype), tl.trans(values), DOT_IEEE)
-    return m_new, l_i, acc
+    p = tl.exp(scores - tl.expand_dims(m_safe, -1))
+    l_i = l_i * alpha + tl.sum(p, axis=-1)
+    pv = mm(p.to(values.dtype), trans_last(values), DOT_IEEE)
+    return m_new, l_i, acc * tl.expand_dims(alpha, -1) + pv
 
 
 @triton.jit
-def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, end, cached, h, NKV: tl.constexpr, D: tl.constexpr,
-             BS: tl.constexpr, KT: tl.constexpr):
-    """K and V [KT, D] of the cached tokens in pages [p0, p0 + KT / BS) ∩ [0, end) of one row's
-    block table (``table_ptr``), KV head h, and which of the KT tokens are in the context."""
-    t = tl.arange(0, KT)
+def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, t, end, cached, h, NKV: tl.constexpr, D: tl.constexpr,
+             BS: tl.constexpr):
+    """K and V [..., D] of the cached tokens p0 · BS + t (t: the tile's token offsets, of any shape)
+    of one row's block table (``table_ptr``), KV head h, those in pages past ``end`` masked, and
+    which of them are in the context."""
     d = tl.arange(0, D)
     page = p0 + t // BS
     block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
@@ -96,15 +98,17 @@ def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, end, cached, h, NKV: tl.co
     # A page's slots past the context hold whatever the cache held (stale or never written,
     # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
     in_context = (page < end) & (page * BS + t % BS < cached)
-    k = tl.load(k_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
-    v = tl.load(v_cache_ptr + slot[:, None] * D + d[None, :], mask=in_context[:, None], other=0.0)
+    row = tl.expand_dims(slot, -1) * D
+    k = tl.load(k_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
+    v = tl.load(v_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
     return k, v, in_context
 
 
 @triton.jit
 def _attend_tile(q, k, v, in_context, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
-    """The online-softmax state after one KV tile (tokens outside the context masked)."""
-    scores = tl.where(in_context[None, :], mm(q, k, DOT_IEEE), float("-inf"))
+    """The online-softmax state after one KV tile (tokens outside the context masked); q, k, v
+    and the state may carry a leading batch dimension."""
+    scores = tl.where(tl.expand_dims(in_context, -2), mm(q, k, DOT_IEEE), float("-inf"))
     return _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
 
 
@@ -120,7 +124,8 @@ def _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, 
     block-table load, and the pipeliner gives each of the two levels (KV_STAGES − 1) / 2 stages:
     (KV_STAGES − 1) // 2 K/V tiles in flight (3 → 1, 5 → 2, 7 → 3; read in the TTGIR)."""
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
-        k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, end, cached, h, NKV, D, BS, KT)
+        k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tl.arange(0, KT), end, cached, h, NKV, D,
+                                    BS)
         m_i, l_i, acc = _attend_tile(q, k, v, in_context, m_i, l_i, acc, DOT_IEEE)
     return m_i, l_i, acc
 
@@ -148,30 +153,9 @@ def _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, fi
     l3 = tl.zeros([SUB, QP], tl.float32)
     acc3 = tl.zeros([SUB, QP, D], tl.float32)
     tok = tl.arange(0, SUB)[:, None] * ST + tl.arange(0, ST)[None, :]  # [SUB, ST]: token of the tile
-    d = tl.arange(0, D)
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
-        page = p0 + tok // BS
-        block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
-        slot = (block * BS + tok % BS) * NKV + h
-        in_context = (page < end) & (page * BS + tok % BS < cached)
-        k = tl.load(k_cache_ptr + slot[:, :, None] * D + d[None, None, :], mask=in_context[:, :, None], other=0.0)
-        v = tl.load(v_cache_ptr + slot[:, :, None] * D + d[None, None, :], mask=in_context[:, :, None], other=0.0)
-        if DOT_IEEE:
-            scores = tl.dot(q3, tl.trans(k, (0, 2, 1)), input_precision="ieee")
-        else:
-            scores = tl.dot(q3, tl.trans(k, (0, 2, 1)))
-        scores = tl.where(in_context[:, None, :], scores, float("-inf"))
-        m_new = tl.maximum(m3, tl.max(scores, axis=2))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m3 - m_safe)
-        p = tl.exp(scores - m_safe[:, :, None])
-        l3 = l3 * alpha + tl.sum(p, axis=2)
-        if DOT_IEEE:
-            pv = tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        else:
-            pv = tl.dot(p.to(v.dtype), v)
-        acc3 = acc3 * alpha[:, :, None] + pv
-        m3 = m_new
+        k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tok, end, cached, h, NKV, D, BS)
+        m3, l3, acc3 = _attend_tile(q3, k, v, in_context, m3, l3, acc3, DOT_IEEE)
     # Merge the SUB states and the incoming one.
     m_new = tl.maximum(m_i, tl.max(m3, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -227,8 +211,8 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
     n_pos = tl.load(positions_ptr + b * TOKENS + jn, mask=(jn < TOKENS) & (ctx > 0), other=0)
     cached, first, end, per_split = _split_pages(ctx, s, TOKENS, SPLITS, BS)
     end = tl.where(_walks_long_tiles(per_split, BS, KT, LONG_KT), first, tl.minimum(end, first + KT // BS))
-    k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first, end, cached, h, NKV,
-                                D, BS, KT)
+    k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first, tl.arange(0, KT),
+                                end, cached, h, NKV, D, BS)
     return ctx, q_pos, n_pos, k, v, in_context
 
 
