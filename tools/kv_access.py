@@ -1,6 +1,6 @@
 """How fast one CTA per SM can stream a paged KV cache, by the order it reads it in.
 
-    python tools/kv_access.py [--gib 1] [--stages 3 5] [--tokens 256]
+    python tools/kv_access.py [--gib 1] [--stages 3 5] [--tokens 256] [--walk-tiles 4]
 
 A micro-benchmark behind the attention stage's design (docs/PERFORMANCE.md), run on the GPU
 with Triton. The cache has the serving engines' layout, [blocks, 16 tokens, KV heads, head dim]
@@ -19,6 +19,14 @@ streams them through shared memory (``cp.async``) as it does those:
 Block tables are a random permutation of the pages (``random``) or the identity (``ordered``).
 The device-to-device copy bandwidth (read + write), the roofline's denominator, is printed
 beside them.
+
+A second table times short walks: every CTA streams only ``--walk-tiles`` tiles, as a split of the
+attention stage does at small contexts (Llama-3.2-1B at 8 rows and context 1024: 128 KB a CTA,
+four 256-token head tiles' worth). One such walk is a few microseconds, under a launch's own
+cost, so the walks are launched back to back in a CUDA graph, each over its own part of the
+cache (none finds its bytes in L2), and an empty launch's time is taken off each. What is left
+is a walk from its first load to its last byte, with nothing else to do: a floor for an
+attention stage that starts its walk when the stage starts.
 """
 
 from __future__ import annotations
@@ -99,6 +107,39 @@ def stream(mode: str, cache: torch.Tensor, table: torch.Tensor, sink: torch.Tens
                      D=D, num_warps=4)
 
 
+@triton.jit
+def _empty(sink):
+    """The launch cost the short walks are measured against."""
+    pass
+
+
+def short_walk_us(cache: torch.Tensor, table: torch.Tensor, sink: torch.Tensor, grid: int, walk_tiles: int,
+                  tokens: int, stages: int) -> float:
+    """Microseconds one head walk of ``walk_tiles`` tiles a CTA takes, launch cost taken off: as many
+    walks as the cache holds, each over its own tiles, replayed back to back in one CUDA graph,
+    against the same number of empty launches."""
+    per_walk = grid * walk_tiles * tokens // BS // NKV  # pages one walk reads
+    walks = table.numel() // per_walk
+
+    def walks_fn():
+        for w in range(walks):
+            stream("head", cache, table[w * per_walk:(w + 1) * per_walk], sink, grid, walk_tiles, tokens, stages)
+
+    def empties_fn():
+        for _ in range(walks):
+            _empty[(grid,)](sink, num_warps=4)
+
+    times = []
+    for fn in (walks_fn, empties_fn):
+        fn()  # compile, and warm up, outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+        times.append(_time(graph.replay))
+    return (times[0] - times[1]) * 1e3 / walks
+
+
 def checksum_matches(cache: torch.Tensor, sink: torch.Tensor) -> bool:
     """Whether a walk read every element of the cache exactly once: each product adds a tile into
     16 rows, so the checksums add up to 16 × the cache's sum (exact for small integers)."""
@@ -110,6 +151,7 @@ def main() -> None:
     ap.add_argument("--gib", type=float, default=1.0, help="cache bytes streamed a run")
     ap.add_argument("--stages", type=int, nargs="+", default=[3, 5], help="pipeline depths")
     ap.add_argument("--tokens", type=int, default=256, help="tokens a tile in the head mode (T), a multiple of 128")
+    ap.add_argument("--walk-tiles", type=int, default=4, help="tiles a CTA streams in the short walks (0: none)")
     args = ap.parse_args()
     if args.tokens % (BS * NKV) or args.tokens & (args.tokens - 1):
         ap.error(f"--tokens: a power of two and a multiple of {BS * NKV} (a page of every KV head), got {args.tokens}")
@@ -146,6 +188,17 @@ def main() -> None:
                 gbs = nbytes / ms / 1e6
                 print(f"{mode:<12}{table_name if mode != 'contiguous' else '—':<9}{stages:>6}{ms:>9.3f}{gbs:>8.0f}"
                       f"{gbs / (2 * nbytes / copy_ms / 1e6):>9.1%}")
+    if args.walk_tiles:
+        walk_bytes = grid * args.walk_tiles * tile_bytes
+        print(f"short head walks: {args.walk_tiles} tiles ({args.walk_tiles * tile_bytes // 1024} KB) a CTA, "
+              f"{walk_bytes / 2**20:.0f} MiB a walk, launch cost taken off; at the copy bandwidth "
+              f"{walk_bytes / (2 * nbytes / copy_ms) * 1e3:.2f} µs")
+        print(f"{'table':<9}{'stages':>6}{'µs':>9}{'GB/s':>8}{'of copy':>9}")
+        for table_name, table in tables.items():
+            for stages in args.stages:
+                us = short_walk_us(cache, table, sink, grid, args.walk_tiles, args.tokens, stages)
+                gbs = walk_bytes / us / 1e3
+                print(f"{table_name:<9}{stages:>6}{us:>9.2f}{gbs:>8.0f}{gbs / (2 * nbytes / copy_ms / 1e6):>9.1%}")
 
 
 if __name__ == "__main__":
