@@ -7,12 +7,18 @@ attributes, one stage per real stage with the same sync edges between them, and 
 bytes as the planner counts them for the roofline (weights, the KV at the bench's context, the
 activations in and out). It moves nothing else and computes nothing; the real programs, whose
 stages also start loading after their waits, have not beaten it (``compiler/kernels/floor.py``
-says when one could). Two variants:
+says when one could). Four variants:
 
 - ``per_layer``: the step's own launches (the embedding, one program per decoder layer, the head);
 - ``one_launch``: the decoder layers and the head in one persistent launch, the launch boundary
   between layers replaced by a sync edge (the embedding stays its own launch): what a program
-  spanning every layer could at best reach with the same stages.
+  spanning every layer could at best reach with the same stages;
+- ``streaming``: ``per_layer``'s launches, stages and edges, each CTA's copies running ahead of its
+  waits across stage boundaries (and, with PDL, of the launch's ``griddepcontrol.wait``), the
+  edges ordering only their use: what the same stages could at best reach if every stage's
+  weights (and the cached KV) streamed while the CTA waited — a program the layer program's
+  Triton cannot express (Gluon can; ``floor_streaming_kernel``);
+- ``streaming_one_launch``: both, ``one_launch``'s launch run by the streaming program.
 
 Each stage's bytes are rounded up to whole 16 KB chunks (at most 16 KB a stage; the floor's
 own byte count is reported). The floor programs are compiled on the machine that runs the bench,
@@ -28,15 +34,21 @@ from ..runtime.manifest import BandSpec, Manifest
 CHUNK_INTS = 4096  # int32 a CTA loads per pipeline stage: 16 KB, 8 × 16-byte vectors a thread at 4 warps
 CHUNK_BYTES = 4 * CHUNK_INTS
 # Pipeline depths tried; the floor is the faster. The layer programs keep 2–3 chunks of 16 KB in
-# flight a CTA; deeper must not be what makes the floor fast or slow.
+# flight a CTA; deeper must not be what makes the floor fast or slow. The streaming floor also
+# tries a ring of 8 (112 KB ahead of a wait), where it fits beside the launch's other CTAs.
 DEPTHS = (4, 6)
-VARIANTS = ("per_layer", "one_launch")
+STREAMING_DEPTHS = (4, 6, 8)
+SHARED_PER_SM = 227 * 1024  # shared memory the CTAs on one H100/H200 SM may have together (about)
+VARIANTS = ("per_layer", "one_launch", "streaming", "streaming_one_launch")
+KERNELS = {"per_layer": "floor_kernel", "one_launch": "floor_kernel", "streaming": "floor_streaming_kernel",
+           "streaming_one_launch": "floor_streaming_kernel"}
 
 
 @dataclass(frozen=True)
 class FloorLaunch:
     """One launch of the floor: the real program it stands for and what it moves, stage by stage."""
 
+    variant: str
     program: str
     grid: int
     ctas_per_sm: int
@@ -54,6 +66,19 @@ def _chunks(nbytes: int) -> int:
     return -(-nbytes // CHUNK_BYTES)
 
 
+def variant_depths(variant: str) -> tuple[int, ...]:
+    """The pipeline depths (ring slots, for the streaming program) a variant is timed at."""
+    return STREAMING_DEPTHS if KERNELS[variant] == "floor_streaming_kernel" else DEPTHS
+
+
+def launch_depth(launch: FloorLaunch, depth: int) -> int:
+    """``depth``, or for the streaming program the deepest ring up to it that fits the launch's
+    CTAs per SM in shared memory (a ring slot is a chunk)."""
+    if KERNELS[launch.variant] != "floor_streaming_kernel":
+        return depth
+    return max(2, min(depth, SHARED_PER_SM // (launch.ctas_per_sm * CHUNK_BYTES) - 1))
+
+
 def floor_launches(manifest: Manifest, band: BandSpec, context: int, variant: str,
                    mode: str = "persistent") -> tuple[FloorLaunch, ...]:
     """The floor's launches for a band's step at ``context`` tokens a row (see the module docstring)."""
@@ -64,13 +89,13 @@ def floor_launches(manifest: Manifest, band: BandSpec, context: int, variant: st
     for launch in step.launches:
         p = manifest.program(launch.program)
         chunks = tuple(_chunks(s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context) for s in p.stages)
-        launches.append(FloorLaunch(p.name, p.grid, -(-p.grid // manifest.sm_count), p.block // 32, p.launch_pdl,
+        launches.append(FloorLaunch(variant, p.name, p.grid, -(-p.grid // manifest.sm_count), p.block // 32, p.launch_pdl,
                                     p.launch_cooperative, chunks))
-    if variant == "one_launch":
+    if variant in ("one_launch", "streaming_one_launch"):
         first_layer = next(i for i, x in enumerate(step.launches) if x.layer is not None)
         layer = launches[first_layer]
-        fused = FloorLaunch("every layer and the head", layer.grid, layer.ctas_per_sm, layer.num_warps, False, True,
-                            tuple(c for x in launches[first_layer:] for c in x.stage_chunks))
+        fused = FloorLaunch(variant, "every layer and the head", layer.grid, layer.ctas_per_sm, layer.num_warps, False,
+                            True, tuple(c for x in launches[first_layer:] for c in x.stage_chunks))
         launches = launches[:first_layer] + [fused]
     return tuple(launches)
 
@@ -79,7 +104,8 @@ def floor_launches(manifest: Manifest, band: BandSpec, context: int, variant: st
 class FloorTiming:
     variant: str
     nbytes: int
-    depth: int  # the pipeline depth that gave this (the faster of DEPTHS)
+    depth: int  # the pipeline depth that gave this (the fastest of variant_depths; a streaming launch's ring may
+    # be shallower where it does not fit, launch_depth)
     median_ms: float
     p90_ms: float
 
@@ -109,9 +135,10 @@ class FloorStep:
         self._bound = []
         first = 0
         for x in launches:
-            key = (x.grid, x.ctas_per_sm, x.num_warps, x.pdl, x.cooperative, depth)
+            d = launch_depth(x, depth)
+            key = (KERNELS[x.variant], x.grid, x.ctas_per_sm, x.num_warps, x.pdl, x.cooperative, d)
             if key not in kernels:
-                code = compile_floor(x, target, depth)
+                code = compile_floor(x, target, d)
                 kernel = CudaKernel(code.binary, code.symbol, x.grid, x.num_warps * 32, code.shared_bytes, x.pdl,
                                     x.cooperative)
                 if x.cooperative:
@@ -151,7 +178,8 @@ def floor_program(launch: FloorLaunch, depth: int):
     consts = {"CHUNK": CHUNK_INTS, "G": launch.grid, "PDL": launch.pdl, "W_STAGES": depth}
     args = (Arg("src", "*i32"), Arg("stage_chunks", "*i64"), Arg("counters", "*i64"), Arg("sink", "*i32"),
             Arg("S", "i32"))
-    return Program(f"floor.g{launch.grid}.d{depth}", "floor_kernel", args, (), tuple(sorted(consts.items())),
+    kernel = KERNELS[launch.variant]
+    return Program(f"floor.{kernel}.g{launch.grid}.d{depth}", kernel, args, (), tuple(sorted(consts.items())),
                    launch.num_warps, launch.pdl, launch.cooperative, launch.grid)
 
 

@@ -18,7 +18,7 @@ import torch
 from .. import runtime
 from .baseline import TorchDecodeStep
 from .cases import blocks_needed, random_case, random_kv_cache, random_state_dict
-from .floor import DEPTHS, VARIANTS, FloorStep, FloorTiming, floor_launches, floor_source
+from .floor import VARIANTS, FloorStep, FloorTiming, floor_launches, floor_source, variant_depths
 from .roofline import step_bytes
 
 
@@ -171,7 +171,7 @@ def _floors(manifest, band, context, iters, kernels, progress) -> tuple[FloorTim
         launches = floor_launches(manifest, band, context, variant)
         src = src if src is not None else floor_source(launches)
         best = None
-        for depth in DEPTHS:
+        for depth in variant_depths(variant):
             floor_step = FloorStep(launches, manifest.target, depth, kernels, src)
             timing = _timing(time_replays(floor_step, iters))
             floor_step.verify()

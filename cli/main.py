@@ -202,9 +202,9 @@ def _int_list(ctx, param, value: str) -> tuple[int, ...]:
               help="Ablation: launch persistent programs without pinning their CTAs per SM.")
 @click.option("--no-pdl", is_flag=True, help="Ablation: launch without programmatic dependent launch.")
 @click.option("--floor", is_flag=True,
-              help="Also time the stage-synchronous floor of each persistent step: its bytes through the same "
-                   "launches and sync edges and nothing else, per layer and in one launch (compiled here: needs "
-                   "Triton).")
+              help="Also time the floors of each persistent step: its bytes through the same launches and sync "
+                   "edges and nothing else, per layer and in one launch, each also with the copies running ahead of "
+                   "the waits (compiled here: needs Triton).")
 @_one_line_errors
 def bench(package, as_json, contexts, modes, bands, iters, no_baseline, no_pin_occupancy, no_pdl, floor):
     """Time PACKAGE's decode step on this GPU against the roofline and a PyTorch baseline."""

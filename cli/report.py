@@ -97,9 +97,11 @@ def inspect_text(m: Manifest) -> str:
 def bench_text(result) -> str:
     """The bench table: one line per band × context × mode; "×r1t1" is the band's median over the
     1-row step's in the same run, context and mode (when the run has it). A ``--floor`` run adds
-    the floor's two variants (bench/floor.py) and, below, how much of each case's time they are."""
+    the floor's four variants (bench/floor.py) and, below, how much of each case's time they are."""
     floors = any(r.floors for r in result.rows)
-    floor_head = f" {'floor':>9} {'1-launch':>9}" if floors else ""
+    names = (("per_layer", "floor"), ("one_launch", "1-launch"), ("streaming", "streaming"),
+             ("streaming_one_launch", "str+1-l"))
+    floor_head = "".join(f" {label:>9}" for _, label in names) if floors else ""
     lines = [f"{result.package} on {result.device}; device-to-device copy {result.copy_gbps / 1e9:.0f} GB/s",
              f"{'band':6} {'ctx':>6} {'mode':10} {'MB moved':>9} {'roofline':>9}{floor_head} {'median':>9} {'p90':>9} "
              f"{'GB/s':>6} {'%roof':>6} {'×r1t1':>6} {'torch.compile+graph':>20} {'speedup':>8} {'base≠ours':>9}"]
@@ -112,21 +114,22 @@ def bench_text(result) -> str:
         floor_cols = ""
         if floors:
             floor_cols = "".join(f" {f.median_ms:>6.3f} ms" if f else f" {'—':>9}"
-                                 for f in (r.floor("per_layer"), r.floor("one_launch")))
+                                 for f in (r.floor(variant) for variant, _ in names))
         lines.append(f"{r.band:6} {r.context:>6} {r.mode:10} {r.bytes / 1e6:>9.1f} {r.roofline_ms:>6.3f} ms{floor_cols} "
                      f"{r.ours.median_ms:>6.3f} ms {r.ours.p90_ms:>6.3f} ms {r.gbps:>6.0f} {r.roofline_pct:>5.1f}% "
                      f"{vs_one:>6} {base:>20} {speed:>8} {diff:>9}")
     if floors:
-        lines += ["", "floor: the step's bytes through its own launches and sync edges, nothing else; 1-launch: "
-                      "every layer and the head in one launch",
-                  f"{'band':6} {'ctx':>6} {'roofline':>9} {'floor':>9} {'p90':>9} {'1-launch':>9} {'p90':>9} "
-                  f"{'roof/floor':>10} {'floor/ours':>10} {'1-launch/ours':>13}"]
+        lines += ["", "floor: the step's bytes through its own launches and sync edges, nothing else; 1-launch: every "
+                      "layer and the head in one launch; streaming: each CTA's copies running ahead of its waits; "
+                      "str+1-l: both. Roofline ÷ each, and each ÷ ours:",
+                  f"{'band':6} {'ctx':>6} {'roofline':>9}" + "".join(f" {label:>9}" for _, label in names)
+                  + "".join(f" {'roof/' + label:>14}" for _, label in names)
+                  + "".join(f" {label + '/ours':>14}" for _, label in names)]
         for r in result.rows:
-            per, one = r.floor("per_layer"), r.floor("one_launch")
-            if per and one:
-                lines.append(f"{r.band:6} {r.context:>6} {r.roofline_ms:>6.3f} ms {per.median_ms:>6.3f} ms "
-                             f"{per.p90_ms:>6.3f} ms {one.median_ms:>6.3f} ms {one.p90_ms:>6.3f} ms "
-                             f"{100 * r.roofline_ms / per.median_ms:>9.1f}% "
-                             f"{100 * per.median_ms / r.ours.median_ms:>9.1f}% "
-                             f"{100 * one.median_ms / r.ours.median_ms:>12.1f}%")
+            timings = [r.floor(variant) for variant, _ in names]
+            if all(timings):
+                lines.append(f"{r.band:6} {r.context:>6} {r.roofline_ms:>6.3f} ms"
+                             + "".join(f" {f.median_ms:>6.3f} ms" for f in timings)
+                             + "".join(f" {100 * r.roofline_ms / f.median_ms:>13.1f}%" for f in timings)
+                             + "".join(f" {100 * f.median_ms / r.ours.median_ms:>13.1f}%" for f in timings))
     return "\n".join(lines)

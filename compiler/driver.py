@@ -53,6 +53,10 @@ def _source(program: Program):
         raise CompileError(f"{program.name}: the plan gives no value for constexpr(s) {', '.join(missing)}")
     # Every pointer is 16-byte aligned (the runtime checks at bind), which allows 16-byte loads.
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n].startswith("*")}
+    if fn.is_gluon():  # a Gluon kernel (the streaming floor) has its own front end
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
     return ASTSource(fn, signature=signature, constexprs=constexprs, attrs=attrs)
 
 

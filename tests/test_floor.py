@@ -51,9 +51,58 @@ def test_the_floor_program_reads_each_stages_chunks_once(grid, stage_chunks):
 
 @pytest.mark.parametrize("pdl,cooperative", [(True, True), (False, False)])
 def test_the_floor_program_streams_16_byte_pipelined_loads_without_a_stack(pdl, cooperative):
-    code = compile_floor(FloorLaunch("layer", 132, 1, 4, pdl, cooperative, (3, 4)), "sm_90", 4)
+    code = compile_floor(FloorLaunch("per_layer", "layer", 132, 1, 4, pdl, cooperative, (3, 4)), "sm_90", 4)
     ptx = code.ir_text("ptx")
     assert code.resources.stack_bytes == 0 and code.resources.spill_bytes == 0
     # a thread's share of a 16 KB chunk is 8 × 16 B, three chunks ahead plus the one in use
     assert ptx.count("cp.async.cg.shared.global [") == 4 * CHUNK_BYTES // (128 * 16)
     assert ("griddepcontrol.wait" in ptx) == pdl and ("griddepcontrol.launch_dependents" in ptx) == pdl
+
+
+@pytest.mark.parametrize("pdl", [True, False])
+def test_the_streaming_floor_puts_its_first_copies_in_flight_before_any_wait(pdl):
+    """The streaming variant's point: a CTA's first W_STAGES − 1 chunks are copied before the
+    launch's griddepcontrol.wait and before its first sync edge's acquire, in 16-byte copies."""
+    code = compile_floor(FloorLaunch("streaming", "layer", 132, 1, 4, pdl, pdl, (3, 0, 4)), "sm_90", 4)
+    ptx = code.ir_text("ptx")
+    assert code.resources.stack_bytes == 0 and code.resources.spill_bytes == 0
+    first_wait = ptx.index("ld.global.gpu.acquire")
+    if pdl:
+        first_wait = min(first_wait, ptx.index("griddepcontrol.wait"))
+    copies = ptx.count("cp.async.cg.shared.global [")
+    ahead = ptx[:first_wait].count("cp.async.cg.shared.global [")
+    assert ahead == 3 * CHUNK_BYTES // (128 * 16)  # three chunks, 8 × 16 B a thread each
+    assert copies == ahead + CHUNK_BYTES // (128 * 16)  # and the loop's one chunk an iteration
+    assert ptx.count("cp.async.commit_group") >= 4
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("grid,stage_chunks,depth", [(8, [3, 0, 21, 2, 8], 4), (5, [1], 6), (16, [40, 7, 0], 3)])
+def test_the_streaming_floor_reads_each_stages_chunks_once(grid, stage_chunks, depth):
+    """On a GPU (Gluon kernels do not run under the interpreter): every CTA sums exactly the
+    chunks c ≡ CTA (mod grid) of every stage, over two steps (the second's targets come from the
+    epoch the first left), with stages that give a CTA nothing and copies running across them."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from monobuild.compiler.kernels import floor_streaming_kernel
+
+    chunk = 512
+    total = sum(stage_chunks)
+    src = torch.randint(-1000, 1000, (total + 3, chunk), dtype=torch.int32, device="cuda")  # 3 chunks past the end
+    chunks = torch.tensor(stage_chunks, dtype=torch.int64, device="cuda")
+    counters = torch.zeros(max(1, len(stage_chunks) - 1), dtype=torch.int64, device="cuda")
+    firsts = [sum(stage_chunks[:s]) for s in range(len(stage_chunks))]  # stage s's chunk c is src[first + c]
+    expected = torch.zeros(grid, chunk, dtype=torch.int64, device="cuda")
+    for first, n in zip(firsts, stage_chunks):
+        for c in range(n):
+            expected[c % grid] += src[first + c]
+    expected = expected.to(torch.int32)
+    for _ in range(2):
+        sink = torch.full((grid, chunk), -7, dtype=torch.int32, device="cuda")  # poisoned
+        floor_streaming_kernel[(grid,)](src, chunks, counters, sink, len(stage_chunks), G=grid, CHUNK=chunk,
+                                        PDL=False, W_STAGES=depth, num_warps=4)
+        torch.cuda.synchronize()
+        assert torch.equal(sink, expected)
+    edges = len(stage_chunks) - 1
+    assert counters.tolist() == ([2 * grid] * edges if edges else [0])

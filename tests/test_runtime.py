@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 import torch
@@ -244,7 +245,8 @@ def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, context)
 def test_the_floor_moves_the_rooflines_bytes_through_the_steps_launches(tiny_package, context):
     """Per layer: one floor launch per launch of the step, with its grid, PDL and stages, each
     stage's roofline bytes rounded up to whole chunks. In one launch: the embedding, then every
-    layer's and the head's stages joined by sync edges."""
+    layer's and the head's stages joined by sync edges. Streaming: the per-layer launches, run by
+    the streaming program."""
     from monobuild.bench.floor import CHUNK_BYTES, floor_launches
 
     manifest = read_manifest(tiny_package[1])
@@ -262,6 +264,10 @@ def test_the_floor_moves_the_rooflines_bytes_through_the_steps_launches(tiny_pac
         assert [x.program for x in one] == [per_layer[0].program, "every layer and the head"]
         assert one[1].stage_chunks == tuple(c for x in per_layer[1:] for c in x.stage_chunks)
         assert (one[1].grid, one[1].pdl, one[1].cooperative) == (per_layer[1].grid, False, True)
+        streaming = floor_launches(manifest, step.band, context, "streaming")
+        assert [replace(x, variant="per_layer") for x in streaming] == list(per_layer)
+        streaming_one = floor_launches(manifest, step.band, context, "streaming_one_launch")
+        assert [replace(x, variant="one_launch") for x in streaming_one] == list(one)
     with pytest.raises(ValueError, match="floor variant 'fused'"):
         floor_launches(manifest, manifest.steps[0].band, context, "fused")
 
@@ -319,13 +325,18 @@ def test_a_floor_run_states_the_floor_beside_the_step_and_the_roofline():
     from monobuild.bench.run import BenchResult, BenchRow, Timing
     from monobuild.cli.report import bench_text
 
-    floors = (FloorTiming("per_layer", 2_500_000_000, 4, 0.75, 0.76), FloorTiming("one_launch", 2_500_000_000, 6,
-                                                                                   0.7, 0.71))
+    floors = (FloorTiming("per_layer", 2_500_000_000, 4, 0.75, 0.76),
+              FloorTiming("one_launch", 2_500_000_000, 6, 0.7, 0.71),
+              FloorTiming("streaming", 2_500_000_000, 4, 0.64, 0.65),
+              FloorTiming("streaming_one_launch", 2_500_000_000, 8, 0.625, 0.63))
     result = BenchResult("pkg", "GPU", 4.27e12, (
         BenchRow("r1t1", "persistent", 1024, 2_500_000_000, 0.6, Timing(1.0, 1.01), None, None, floors),
         BenchRow("r1t1", "staged", 1024, 2_500_000_000, 0.6, Timing(1.1, 1.11), None, None)))
     lines = bench_text(result).splitlines()
-    assert "floor" in lines[1] and " 0.750 ms  0.700 ms " in lines[2] and lines[3].count("—") >= 2
+    assert "streaming" in lines[1] and " 0.750 ms  0.700 ms  0.640 ms  0.625 ms " in lines[2]
+    assert lines[3].count("—") >= 4  # the staged row has no floors
     summary = next(line for line in lines if line.startswith("r1t1") and "80.0%" in line)
-    assert " 75.0% " in summary and " 70.0%" in summary  # roofline ÷ floor, floor ÷ ours, one launch ÷ ours
+    # roofline ÷ each floor, then each ÷ ours
+    assert [x for x in summary.split() if x.endswith("%")] == ["80.0%", "85.7%", "93.8%", "96.0%",
+                                                                "75.0%", "70.0%", "64.0%", "62.5%"]
     assert result.to_json()["rows"][0]["floors"][1]["depth"] == 6

@@ -1,8 +1,8 @@
 """The Triton sources of every program (one source, two modes: persistent and staged), and the
 floor program ``monobuild bench --floor`` times beside them."""
 
-from .floor import floor_kernel
+from .floor import floor_kernel, floor_streaming_kernel
 from .head import embed_kernel, head_kernel
 from .layer import layer_kernel
 
-__all__ = ["embed_kernel", "floor_kernel", "head_kernel", "layer_kernel"]
+__all__ = ["embed_kernel", "floor_kernel", "floor_streaming_kernel", "head_kernel", "layer_kernel"]
