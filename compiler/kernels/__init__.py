@@ -1,5 +1,5 @@
 """The Triton sources of every program (one source, two modes: persistent and staged), and the
-floor program ``monobuild bench --floor`` times beside them."""
+floor programs ``monobuild bench --floor`` times beside them (the streaming one in Gluon)."""
 
 from .floor import floor_kernel, floor_streaming_kernel
 from .head import embed_kernel, head_kernel

@@ -73,7 +73,8 @@ def _issue_chunk(ring, slot, src, stage_chunks, s, j, first, pid, S, G: gl.const
         n = gl.load(stage_chunks + s, mask=s < S, other=0)
     offs = gl.arange(0, CHUNK, layout=layout)
     c = (first + pid + j * G) * CHUNK
-    async_copy.async_copy_global_to_shared(ring.index(slot), src + c + offs, mask=(offs < CHUNK) & (s < S))
+    live = (offs < CHUNK) & (s < S)  # s < S as a tensor: past its last chunk a CTA reads nothing more
+    async_copy.async_copy_global_to_shared(ring.index(slot), src + c + offs, mask=live)
     async_copy.commit_group()
     return s, j + 1, first
 
