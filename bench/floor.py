@@ -20,6 +20,9 @@ says when one could). Four variants:
   Triton cannot express (Gluon can; ``floor_streaming_kernel``);
 - ``streaming_one_launch``: both, ``one_launch``'s launch run by the streaming program.
 
+The streaming program's copies are NVIDIA's (``cp.async``), so on an AMD target only the first
+two variants run (``target_variants``).
+
 Each stage's bytes are rounded up to whole 16 KB chunks (at most 16 KB a stage; the floor's
 own byte count is reported). The floor programs are compiled on the machine that runs the bench,
 so ``--floor`` needs the compiler (Triton) there; the decode step itself never does.
@@ -64,6 +67,14 @@ class FloorLaunch:
 
 def _chunks(nbytes: int) -> int:
     return -(-nbytes // CHUNK_BYTES)
+
+
+def target_variants(target: str) -> tuple[str, ...]:
+    """The variants a target's floor has: the streaming program is written for NVIDIA GPUs."""
+    from ..compiler.targets import TARGETS
+
+    nvidia = TARGETS[target].is_nvidia
+    return tuple(v for v in VARIANTS if nvidia or KERNELS[v] != "floor_streaming_kernel")
 
 
 def variant_depths(variant: str) -> tuple[int, ...]:

@@ -18,7 +18,7 @@ import torch
 from .. import runtime
 from .baseline import TorchDecodeStep
 from .cases import blocks_needed, random_case, random_kv_cache, random_state_dict
-from .floor import VARIANTS, FloorStep, FloorTiming, floor_launches, floor_source, variant_depths
+from .floor import FloorStep, FloorTiming, floor_launches, floor_source, target_variants, variant_depths
 from .roofline import step_bytes
 
 
@@ -167,7 +167,7 @@ def _floors(manifest, band, context, iters, kernels, progress) -> tuple[FloorTim
     """Each floor variant of the band's persistent step, at the faster of the pipeline depths tried."""
     out = []
     src = None  # the step's bytes, up to ~15 GB: allocated once for every variant and depth
-    for variant in VARIANTS:
+    for variant in target_variants(manifest.target):
         launches = floor_launches(manifest, band, context, variant)
         src = src if src is not None else floor_source(launches)
         best = None

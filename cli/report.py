@@ -125,11 +125,12 @@ def bench_text(result) -> str:
                   f"{'band':6} {'ctx':>6} {'roofline':>9}" + "".join(f" {label:>9}" for _, label in names)
                   + "".join(f" {'roof/' + label:>14}" for _, label in names)
                   + "".join(f" {label + '/ours':>14}" for _, label in names)]
-        for r in result.rows:
-            timings = [r.floor(variant) for variant, _ in names]
-            if all(timings):
-                lines.append(f"{r.band:6} {r.context:>6} {r.roofline_ms:>6.3f} ms"
-                             + "".join(f" {f.median_ms:>6.3f} ms" for f in timings)
-                             + "".join(f" {100 * r.roofline_ms / f.median_ms:>13.1f}%" for f in timings)
-                             + "".join(f" {100 * f.median_ms / r.ours.median_ms:>13.1f}%" for f in timings))
+        for r in (r for r in result.rows if r.floors):
+            timings = [r.floor(variant) for variant, _ in names]  # None: a variant the target has not
+            lines.append(f"{r.band:6} {r.context:>6} {r.roofline_ms:>6.3f} ms"
+                         + "".join(f" {f.median_ms:>6.3f} ms" if f else f" {'—':>9}" for f in timings)
+                         + "".join(f" {100 * r.roofline_ms / f.median_ms:>13.1f}%" if f else f" {'—':>14}"
+                                   for f in timings)
+                         + "".join(f" {100 * f.median_ms / r.ours.median_ms:>13.1f}%" if f else f" {'—':>14}"
+                                   for f in timings))
     return "\n".join(lines)

@@ -106,3 +106,12 @@ def test_the_streaming_floor_reads_each_stages_chunks_once(grid, stage_chunks, d
         assert torch.equal(sink, expected)
     edges = len(stage_chunks) - 1
     assert counters.tolist() == ([2 * grid] * edges if edges else [0])
+
+
+def test_an_amd_target_times_only_the_floors_it_has():
+    """The streaming floor is written for NVIDIA GPUs (cp.async), so an AMD package's bench times
+    the two stage-synchronous floors only."""
+    from monobuild.bench.floor import VARIANTS, target_variants
+
+    assert target_variants("sm_90") == VARIANTS
+    assert target_variants("gfx942") == target_variants("gfx950") == ("per_layer", "one_launch")

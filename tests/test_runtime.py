@@ -340,3 +340,19 @@ def test_a_floor_run_states_the_floor_beside_the_step_and_the_roofline():
     assert [x for x in summary.split() if x.endswith("%")] == ["80.0%", "85.7%", "93.8%", "96.0%",
                                                                 "75.0%", "70.0%", "64.0%", "62.5%"]
     assert result.to_json()["rows"][0]["floors"][1]["depth"] == 6
+
+
+def test_a_floor_run_on_an_amd_target_marks_the_streaming_floors_it_has_not():
+    """gfx9 has only the two stage-synchronous floors (bench/floor.py ``target_variants``): the
+    summary still states them, with a dash where a streaming floor would be."""
+    from monobuild.bench.floor import FloorTiming
+    from monobuild.bench.run import BenchResult, BenchRow, Timing
+    from monobuild.cli.report import bench_text
+
+    floors = (FloorTiming("per_layer", 2_500_000_000, 4, 0.75, 0.76),
+              FloorTiming("one_launch", 2_500_000_000, 6, 0.7, 0.71))
+    result = BenchResult("pkg", "GPU", 4.27e12, (
+        BenchRow("r1t1", "persistent", 1024, 2_500_000_000, 0.6, Timing(1.0, 1.01), None, None, floors),))
+    summary = bench_text(result).splitlines()[-1]
+    assert [x for x in summary.split() if x.endswith("%")] == ["80.0%", "85.7%", "75.0%", "70.0%"]
+    assert summary.count("—") == 6  # two variants × (time, roofline ÷ it, it ÷ ours)
