@@ -1,11 +1,14 @@
 """Read a Triton kernel's PTX for the contract checks: instructions, loops, and where values come from.
 
-PTX from Triton is one function of virtual registers, one instruction per line (inline asm
-included, between ``// begin inline asm`` markers). That is enough to answer, without a GPU:
-which kernel parameter an address derives from (a register's *pointer sources*), which
-parameters' *loaded values* a register depends on (for predicates: "is this store guarded by a
-value read from context_lens?"), and which instructions sit inside a loop (a label and a later
-branch back to it).
+PTX from Triton is the kernel (``.entry``) and, where a jit function is not inlined (the layer
+loop's body, ``compiler/kernels/layer.py``), functions it calls (``.func``): virtual registers,
+one instruction per line (inline asm included, between ``// begin inline asm`` markers). That
+is enough to answer, without a GPU: which kernel parameter an address derives from (a register's
+*pointer sources*), which parameters' *loaded values* a register depends on (for predicates: "is
+this store guarded by a value read from context_lens?"), and which instructions sit inside a
+loop (a label and a later branch back to it). A call passes its arguments through the param
+space: what the caller stores into each argument slot flows into the callee's parameter of
+that position, so a function's loads and stores trace back to the kernel's parameters too.
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ from dataclasses import dataclass, field
 _LABEL = re.compile(r"^\s*(\$?[\w.]+):")
 _INSTR = re.compile(r"^\s*(?:@(!?%\w+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*$")
 _REG = re.compile(r"%[\w]+")
-_PARAM = re.compile(r"\[\s*(\w+)_param_(\d+)\s*\]")
+_PARAM = re.compile(r"\[\s*([\w$]+)_param_(\d+)\s*\]")
+_FUNCTION = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.(entry|func)\s+(?:\([^)]*\)\s*)?([\w$]+)")
+_CALL = re.compile(r"^\s*([\w$]+)\s*,\s*\(([^)]*)\)")
 
 
 @dataclass(frozen=True)
@@ -26,6 +31,7 @@ class Instr:
     predicate: str | None  # "%p3" or "!%p3"
     opcode: str  # "atom.global.gpu.release.add.u64"
     operands: tuple[str, ...]
+    function: int = 0  # which function of the file (0: the kernel): registers are named per function
 
     @property
     def base(self) -> str:
@@ -48,13 +54,20 @@ class Instr:
         return None
 
 
+# A register, told apart from the same name in another function: (function, name).
+Reg = tuple[int, str]
+
+
 @dataclass
 class Ptx:
     instrs: list[Instr]
     labels: dict[str, int]  # label → index of the first instruction after it
     loops: list[tuple[int, int]]  # (first, last) instruction index of each loop body
-    pointer_sources: dict[str, frozenset[int]] = field(default_factory=dict)
-    value_sources: dict[str, frozenset[int]] = field(default_factory=dict)
+    functions: tuple[str, ...] = ()  # names, the kernel first
+    # (callee, position) → the caller registers stored into that argument, at every call site
+    call_args: dict[tuple[str, int], set[Reg]] = field(default_factory=dict)
+    pointer_sources: dict[Reg, frozenset[int]] = field(default_factory=dict)
+    value_sources: dict[Reg, frozenset[int]] = field(default_factory=dict)
 
     def in_loop(self, index: int) -> tuple[int, int] | None:
         """The innermost loop holding instruction ``index``."""
@@ -62,7 +75,7 @@ class Ptx:
         return min(holding, key=lambda lp: lp[1] - lp[0]) if holding else None
 
     def address_params(self, instr: Instr) -> frozenset[int]:
-        return self.pointer_sources.get(instr.address or "", frozenset())
+        return self.pointer_sources.get((instr.function, instr.address or ""), frozenset())
 
     def never_executes(self, instr: Instr) -> bool:
         """Guarded by a predicate that is a constant false (``mov.pred %p, 0`` as its only
@@ -70,7 +83,8 @@ class Ptx:
         if not instr.predicate:
             return False
         reg = instr.predicate.lstrip("!")
-        defs = [i for i in self.instrs if i.operands and i.operands[0] == reg and i.base not in ("st", "bra")]
+        defs = [i for i in self.instrs if i.function == instr.function and i.operands and i.operands[0] == reg
+                and i.base not in ("st", "bra")]
         constant = "1" if instr.predicate.startswith("!") else "0"
         return bool(defs) and all(d.opcode == "mov.pred" and d.operands[1:] == (constant,) for d in defs)
 
@@ -78,15 +92,15 @@ class Ptx:
         """Parameters whose pointed-to values the instruction's predicate depends on."""
         if not instr.predicate:
             return frozenset()
-        return self.value_sources.get(instr.predicate.lstrip("!"), frozenset())
+        return self.value_sources.get((instr.function, instr.predicate.lstrip("!")), frozenset())
 
 
 def _split_operands(text: str) -> tuple[str, ...]:
     out, depth, cur = [], 0, ""
     for ch in text:
-        if ch in "[{":
+        if ch in "[{(":
             depth += 1
-        elif ch in "]}":
+        elif ch in "]})":
             depth -= 1
         if ch == "," and depth == 0:
             out.append(cur.strip())
@@ -101,9 +115,18 @@ def _split_operands(text: str) -> tuple[str, ...]:
 def parse_ptx(text: str) -> Ptx:
     instrs: list[Instr] = []
     labels: dict[str, int] = {}
+    functions: list[str] = []
+    current = 0
     in_body = False
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("//", 1)[0]
+        header = _FUNCTION.match(line)
+        if header:  # a function's header (a declaration has no body: its name is taken again below)
+            name = header.group(2)
+            if name not in functions:
+                functions.append(name)
+            current = functions.index(name)
+            continue
         if not in_body:
             in_body = line.strip() == "{"
             continue
@@ -113,65 +136,108 @@ def parse_ptx(text: str) -> Ptx:
             continue
         m = _INSTR.match(line)
         if m:
-            instrs.append(Instr(len(instrs), lineno, m.group(1), m.group(2), _split_operands(m.group(3))))
+            instrs.append(Instr(len(instrs), lineno, m.group(1), m.group(2), _split_operands(m.group(3)), current))
     loops = []
     for ins in instrs:
         if ins.base == "bra" and ins.operands and ins.operands[-1] in labels:
             start = labels[ins.operands[-1]]
             if start <= ins.index:
                 loops.append((start, ins.index))
-    ptx = Ptx(instrs, labels, loops)
+    kernel = next((i for i, n in enumerate(functions) if _is_entry(text, n)), 0)
+    order = (functions[kernel], *(n for i, n in enumerate(functions) if i != kernel))
+    renumber = {functions.index(n): k for k, n in enumerate(order)}
+    instrs = [Instr(i.index, i.line, i.predicate, i.opcode, i.operands, renumber[i.function]) for i in instrs]
+    ptx = Ptx(instrs, labels, loops, order, _call_args(instrs))
     _dataflow(ptx)
     return ptx
 
 
+def _is_entry(text: str, name: str) -> bool:
+    return re.search(rf"\.entry\s+{re.escape(name)}\b", text) is not None
+
+
+def _call_args(instrs: list[Instr]) -> dict[tuple[str, int], set[Reg]]:
+    """For each callee parameter, the caller registers stored (``st.param``) into the argument
+    slot the call passes in that position."""
+    out: dict[tuple[str, int], set[Reg]] = {}
+    slots: dict[str, set[Reg]] = {}  # this call sequence's argument slots
+    for ins in instrs:
+        if ins.base == "st" and ins.has("param"):
+            slot = re.match(r"\[\s*(\w+)", ins.operands[0])
+            if slot:
+                slots.setdefault(slot.group(1), set()).update((ins.function, r) for r in _REG.findall(ins.operands[1]))
+        elif ins.base == "call":
+            call = _CALL.match(", ".join(ins.operands))
+            if call:
+                args = [a.strip() for a in call.group(2).split(",") if a.strip()]
+                for k, arg in enumerate(args):
+                    out.setdefault((call.group(1), k), set()).update(slots.get(arg, ()))
+            slots = {}
+    return out
+
+
 def _dataflow(ptx: Ptx) -> None:
     """Propagate, to a fixed point, which parameters each register's value points into (pointer
-    sources) and which parameters' memory its value was computed from (value sources)."""
-    ptr: dict[str, set[int]] = {}
-    val: dict[str, set[int]] = {}
+    sources) and which parameters' memory its value was computed from (value sources). A load
+    of the kernel's parameter k points into k; a load of a called function's parameter takes what
+    the callers' registers for that argument point into."""
+    ptr: dict[Reg, set[int]] = {}
+    val: dict[Reg, set[int]] = {}
+    kernel = ptx.functions[0] if ptx.functions else None
     changed = True
     while changed:
         changed = False
         for ins in ptx.instrs:
-            if not ins.operands or ins.base in ("st", "bra", "atom", "red", "cp", "bar", "ret"):
+            f = ins.function
+            if not ins.operands or ins.base in ("st", "bra", "atom", "red", "cp", "bar", "ret", "call"):
                 if ins.base == "atom" and ins.operands:  # the old value is data from memory
-                    changed |= _add(val, _dests(ins.operands[0]), _pointees(ins, ptr))
+                    changed |= _add(val, _dests(f, ins.operands[0]), _pointees(ins, ptr))
                 continue
-            dests = _dests(ins.operands[0])
+            dests = _dests(f, ins.operands[0])
             sources = ins.operands[1:]
             if ins.base == "ld" and ins.has("param"):
                 p = _PARAM.search(ins.operands[-1])
-                if p:
+                if p and p.group(1) == kernel:
                     changed |= _add(ptr, dests, {int(p.group(2))})
+                elif p:
+                    callers = ptx.call_args.get((p.group(1), int(p.group(2))), set())
+                    changed |= _add(ptr, dests, _union_regs(ptr, callers))
+                    changed |= _add(val, dests, _union_regs(val, callers))
                 continue
             if ins.base == "ld":
-                changed |= _add(val, dests, _pointees(ins, ptr) | _union(val, sources))
+                changed |= _add(val, dests, _pointees(ins, ptr) | _union(val, f, sources))
                 continue
             regs = [r for s in sources for r in _REG.findall(s)]
-            changed |= _add(ptr, dests, _union(ptr, regs))
-            changed |= _add(val, dests, _union(val, regs))
+            changed |= _add(ptr, dests, _union(ptr, f, regs))
+            changed |= _add(val, dests, _union(val, f, regs))
     ptx.pointer_sources = {k: frozenset(v) for k, v in ptr.items()}
     ptx.value_sources = {k: frozenset(v) for k, v in val.items()}
 
 
-def _dests(op: str) -> list[str]:
-    return _REG.findall(op)
+def _dests(function: int, op: str) -> list[Reg]:
+    return [(function, r) for r in _REG.findall(op)]
 
 
-def _pointees(ins: Instr, ptr: dict[str, set[int]]) -> set[int]:
-    return set(ptr.get(ins.address or "", ()))
+def _pointees(ins: Instr, ptr: dict[Reg, set[int]]) -> set[int]:
+    return set(ptr.get((ins.function, ins.address or ""), ()))
 
 
-def _union(table: dict[str, set[int]], regs) -> set[int]:
+def _union(table: dict[Reg, set[int]], function: int, regs) -> set[int]:
     out: set[int] = set()
     for r in regs:
         for reg in _REG.findall(r) if not r.startswith("%") else [r]:
-            out |= table.get(reg, set())
+            out |= table.get((function, reg), set())
     return out
 
 
-def _add(table: dict[str, set[int]], keys: list[str], values: set[int]) -> bool:
+def _union_regs(table: dict[Reg, set[int]], regs) -> set[int]:
+    out: set[int] = set()
+    for reg in regs:
+        out |= table.get(reg, set())
+    return out
+
+
+def _add(table: dict[Reg, set[int]], keys: list[Reg], values: set[int]) -> bool:
     grew = False
     for k in keys:
         cur = table.setdefault(k, set())
