@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from .buffers import COUNTERS_PER_LAUNCH
-from .manifest import Manifest, StepSpec
+from .manifest import LaunchSpec, Manifest, ProgramSpec, StepSpec, SyncSpec
 
 
 @dataclass(frozen=True)
@@ -43,6 +43,16 @@ class WaitTimeout(RuntimeError):
         super().__init__(f"{len(records) + dropped} wait(s) timed out:\n" + "\n".join(r.line() for r in records) + more)
 
 
+def _waiting_layer(entry: LaunchSpec, program: ProgramSpec, sync: SyncSpec | None, target: int) -> int | None:
+    """The layer whose wait gave up. In a layer loop every counter takes a grid of signals a
+    layer and layer l's targets are (epoch · layers + l + 1) × grid, but its wait on the loop edge
+    (back to the first stage) is for the previous layer's: (epoch · layers + l) × grid."""
+    if entry.layers == 1 or entry.layer is None:
+        return entry.layer
+    loop_edge = sync is not None and sync.consumer == program.stages[0].name
+    return entry.layer + (target // program.grid - (0 if loop_edge else 1)) % entry.layers
+
+
 def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Manifest, spec: StepSpec) -> None:
     log = hang_log.cpu()  # synchronises: debug builds only
     count = int(log[0])
@@ -57,8 +67,10 @@ def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Man
         counter //= counters.element_size()
         entry = spec.launches[launch]
         program = manifest.program(entry.program)
-        edge = next((f"{s.producer}→{s.consumer}" for s in program.syncs if s.counter == counter), "?")
-        records.append(WaitRecord(entry.program, entry.layer, cta, counter, edge, target, seen))
+        sync = next((s for s in program.syncs if s.counter == counter), None)
+        edge = f"{sync.producer}→{sync.consumer}" if sync else "?"
+        records.append(WaitRecord(entry.program, _waiting_layer(entry, program, sync, target), cta, counter, edge,
+                                  target, seen))
     hang_log.zero_()
     counters.zero_()
     raise WaitTimeout(records, count - len(records))

@@ -169,3 +169,48 @@ def test_norm_stages_give_the_head_a_norm_stage():
     assert all(plans[0].step_bytes(b, 1024) == plans[1].step_bytes(b, 1024) for b in recipe.deployment.bands)
     staged = [p.name for p in plans[1].programs if p.kind == "head" and p.mode == "staged" and p.band == band]
     assert [n.rsplit(".", 1)[1] for n in staged] == ["norm", "logits", "argmax"]
+
+
+def _fused(recipe, **keys):
+    shipped = load_schedule(recipe.deployment.target.name)
+    return parse_schedule({"defaults": {**shipped.defaults.__dict__, "fuse_layers": 1, **keys}}, "fused table")
+
+
+def test_fuse_layers_runs_every_layer_in_one_launch():
+    """With fuse_layers each band's persistent step is the embedding, one launch of the layer
+    program for all the layers, and the head. The layer program says how many layers it runs,
+    has a loop edge from its last stage back to its first, and its hidden state is carried from
+    down to the next layer's readers; the bytes the step must move are the same, and the staged
+    programs are untouched."""
+    recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
+    shipped = load_schedule("sm_90")
+    plans = {flag: plan_recipe(recipe, _fused(recipe, fuse_layers=flag)) for flag in (0, 1)}
+    plain = plan_recipe(recipe, shipped)
+    layers = recipe.geometry.layers
+    for band in recipe.deployment.bands:
+        step = plans[1].step(band, "persistent")
+        assert [(x.program.split(".")[0], x.layer, x.layers) for x in step.launches] == \
+            [("embed", None, 1), ("layer", 0, layers), ("head", None, 1)]
+        fused, unfused = (p.program(f"layer.{band.name}.persistent") for p in (plans[1], plans[0]))
+        assert fused.layers == fused.constexpr("LAYERS") == layers and unfused.constexpr("LAYERS") == 1
+        assert fused.syncs[:-1] == unfused.syncs and len(fused.syncs) == len(fused.stages)
+        loop = fused.syncs[-1]
+        assert (loop.counter, loop.producer, loop.consumer, loop.regions) == \
+            (len(fused.stages) - 1, "down", fused.stages[0].name, ("x_in", "x_out"))
+        regions = {r.name: r for r in fused.regions}
+        assert all(regions[n].writer == "down" and regions[n].carried for n in ("x_in", "x_out"))
+        assert plans[1].step_bytes(band, 1024) == plans[0].step_bytes(band, 1024) == plain.step_bytes(band, 1024)
+        assert plans[1].step(band, "staged") == plans[0].step(band, "staged")
+
+
+def test_a_layer_loop_the_contracts_cannot_hold_is_refused():
+    """On gfx9 (its contract checks do not follow the loop's call) and where o's tasks are one
+    weight chunk each (the pipeliner would read the hidden state through L1), with the reason."""
+    from monobuild.compiler.errors import Refusal
+
+    amd = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-gfx942"))
+    with pytest.raises(Refusal, match=r"fused table: not served: fuse_layers \(r1t1\): .* not gfx942's LLVM IR"):
+        plan_recipe(amd, _fused(amd))
+    llama = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
+    with pytest.raises(Refusal, match=r"o's tasks are one weight chunk each \(1024 columns, block_k 1024\)"):
+        plan_recipe(llama, _fused(llama, block_k=1024, max_split_k=2))
