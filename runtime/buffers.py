@@ -2,8 +2,8 @@
 
 ``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
 program declares under that name), two fp32 hidden-state buffers the layers ping-pong between
-(each holding as many split-K partials as the layers write), the logits and next ids, one
-counter block per launch and the RoPE table (which bands may share). ``args`` resolves a
+(each holding as many split-K partials as the layers write), the logits and next ids, a counter
+block for each layer a launch runs and the RoPE table (which bands may share). ``args`` resolves a
 program's named ABI to tensors for one launch, so the step path itself allocates nothing; a
 layer loop's offset table is built there, once, the first time a launch asks for it.
 """
@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import torch
 
 from .layer_table import layer_offsets
+from .manifest import COUNTERS_PER_LAYER
 from .rope import rope_table
 from .weights import PackedWeights
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "i32": torch.int32, "i64": torch.int64}
-COUNTERS_PER_LAUNCH = 8
 _IO = {"x_in", "x_out", "logits", "next_ids"}
 _LAYER_WEIGHTS = {"attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down"}
 
@@ -55,7 +55,10 @@ class StepBuffers:
         self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
         self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
-        self.counters = torch.zeros(len(launches), COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
+        # a block of counters for each layer a launch runs (rows as StepSpec.layer_launches lists them)
+        self.counters = torch.zeros(sum(layers for layers, _ in launches), COUNTERS_PER_LAYER, dtype=torch.int64,
+                                    device=device)
+        self._first_row = [sum(layers for layers, _ in launches[:i]) for i in range(len(launches))]
         self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
         # profiling builds: per launch, per layer it runs, per CTA, the SM id then (start, end) ns per stage
         self._clock_blocks = [(layers, grid, clock_slots) for layers, grid in launches]
@@ -88,7 +91,7 @@ class StepBuffers:
         table = {
             "embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head,
             "tokens": inputs.tokens, "positions": inputs.positions, "block_tables": inputs.block_tables,
-            "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[launch],
+            "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[self._first_row[launch]],
             "hang_log": self.hang_log,
         }
         if name in table:

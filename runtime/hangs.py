@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .buffers import COUNTERS_PER_LAUNCH
-from .manifest import LaunchSpec, Manifest, ProgramSpec, StepSpec, SyncSpec
+from .manifest import COUNTERS_PER_LAYER, Manifest, StepSpec
 
 
 @dataclass(frozen=True)
@@ -43,34 +42,23 @@ class WaitTimeout(RuntimeError):
         super().__init__(f"{len(records) + dropped} wait(s) timed out:\n" + "\n".join(r.line() for r in records) + more)
 
 
-def _waiting_layer(entry: LaunchSpec, program: ProgramSpec, sync: SyncSpec | None, target: int) -> int | None:
-    """The layer whose wait gave up. In a layer loop every counter takes a grid of signals a
-    layer and layer l's targets are (epoch · layers + l + 1) × grid, but its wait on the loop edge
-    (back to the first stage) is for the previous layer's: (epoch · layers + l) × grid."""
-    if entry.layers == 1 or entry.layer is None:
-        return entry.layer
-    loop_edge = sync is not None and sync.consumer == program.stages[0].name
-    return entry.layer + (target // program.grid - (0 if loop_edge else 1)) % entry.layers
-
-
 def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Manifest, spec: StepSpec) -> None:
     log = hang_log.cpu()  # synchronises: debug builds only
     count = int(log[0])
     if count == 0:
         return
     slots = (log.numel() - 1) // 4
-    base, width = counters.data_ptr(), COUNTERS_PER_LAUNCH * counters.element_size()
+    base, width = counters.data_ptr(), COUNTERS_PER_LAYER * counters.element_size()
+    rows = spec.layer_launches()  # a counter block for each layer a launch runs
     records = []
     for k in range(min(count, slots)):
         cta, address, target, seen = (int(v) for v in log[1 + 4 * k: 5 + 4 * k])
-        launch, counter = divmod(address - base, width)
+        row, counter = divmod(address - base, width)
         counter //= counters.element_size()
-        entry = spec.launches[launch]
+        entry = rows[row]
         program = manifest.program(entry.program)
-        sync = next((s for s in program.syncs if s.counter == counter), None)
-        edge = f"{sync.producer}→{sync.consumer}" if sync else "?"
-        records.append(WaitRecord(entry.program, _waiting_layer(entry, program, sync, target), cta, counter, edge,
-                                  target, seen))
+        edge = next((f"{s.producer}→{s.consumer}" for s in program.syncs if s.counter == counter), "?")
+        records.append(WaitRecord(entry.program, entry.layer, cta, counter, edge, target, seen))
     hang_log.zero_()
     counters.zero_()
     raise WaitTimeout(records, count - len(records))

@@ -12,6 +12,9 @@ from pathlib import Path
 
 MANIFEST_FORMAT = 2  # 2: a program may run several layers a launch (``layers``)
 READABLE_FORMATS = (1, 2)
+# Sync-edge counters a program has for each layer it runs (a block of int64; format 2): a layer
+# loop's layer l uses the l-th block of its launch's, so every counter takes a grid of signals a step.
+COUNTERS_PER_LAYER = 8
 # A layer loop's ``layer_offsets`` table (format 2): per layer, the element offset of each of its
 # tensors from layer 0's (the launch's arguments), in this column order.
 LAYER_OFFSET_COLUMNS = ("attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down",

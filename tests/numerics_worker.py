@@ -133,6 +133,7 @@ def main(case: dict, workdir: Path) -> dict:
         "layer_launches": sum(1 for x in step.step.launches if x.layer == 0),
         "head_launches": sum(1 for x in step.step.launches if x.program.startswith("head.")),
         "layers_per_launch": layer.layers if mode == "persistent" else 1,
+        "layer_syncs": len(layer.syncs),
         "repeat_err": repeat_err,
         "counters": step.buffers.counters.tolist(),
     }

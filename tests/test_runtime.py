@@ -250,7 +250,7 @@ def test_a_layer_loops_offset_table_shifts_layer_0s_tensors_to_each_layers(geome
             assert tensors[0].data_ptr() + int(table[layer, col]) * elem == tensors[layer].data_ptr(), (layer, name)
     assert not table[0].any()
     odd = torch.zeros(cache.k[1].numel() + 8, dtype=torch.bfloat16)[1:1 + cache.k[1].numel()].view(cache.k[1].shape)
-    with pytest.raises(ValueError, match=r"layer 1 k_cache: \d+ bytes from layer 0's, not a multiple of 16"):
+    with pytest.raises(ValueError, match=r"layer 1 k_cache: -?\d+ bytes from layer 0's, not a multiple of 16"):
         layer_offsets(weights, (cache.k[0], odd), cache.v)
     with pytest.raises(ValueError, match="layer 1 v_cache: torch.float32, layer 0's is torch.bfloat16"):
         layer_offsets(weights, cache.k, (cache.v[0], cache.v[1].float()))
@@ -372,27 +372,26 @@ def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
     assert not log.any() and not counters.any()
 
 
-def test_a_layer_loops_wait_timeouts_name_the_layer_the_target_is_for(fused_package):
-    """In a layer loop every counter takes a grid of signals a layer, so the layer is read off the
-    target: (epoch · layers + l + 1) × grid on a stage's edge, (epoch · layers + l) × grid on the
-    loop edge, which layer l's first stage waits on."""
+def test_a_layer_loops_wait_timeouts_name_the_layer_whose_counter_it_is(fused_package):
+    """A layer loop's launch has a block of counters for each layer: a record names the layer
+    whose edge it waited on (the loop edge: the layer before the one waiting)."""
     from monobuild.runtime import WaitTimeout
     from monobuild.runtime.hangs import check_hang_log
 
     manifest = read_manifest(fused_package[1])
     spec = next(s for s in manifest.steps if s.mode == "persistent" and s.band.rows == 1)
-    index, launch = next((k, x) for k, x in enumerate(spec.launches) if x.layer == 0)
-    program = manifest.program(launch.program)
-    grid, layers, loop = program.grid, launch.layers, program.syncs[-1].counter
-    counters = torch.zeros((len(spec.launches), 8), dtype=torch.int64)
-    at = [counters.data_ptr() + (index * 8 + c) * 8 for c in (1, loop)]
-    epoch = 5 * layers  # the sixth step
-    records = [(0, at[0], (epoch + 1 + 1) * grid, 0), (2, at[1], (epoch + 1) * grid, 0)]  # layer 1, twice
-    log = torch.tensor([2, *[v for r in records for v in r]], dtype=torch.int64)
+    rows = spec.layer_launches()
+    assert len(rows) == 4 and [x.layer for x in rows] == [None, 0, 1, None]
+    program = manifest.program(rows[1].program)
+    loop = program.syncs[-1].counter
+    counters = torch.zeros((len(rows), 8), dtype=torch.int64)
+    # layer 1's block: its qkv → attn edge, and the loop edge of layer 0's (which layer 1 waits on)
+    at = [counters.data_ptr() + (2 * 8 + 1) * 8, counters.data_ptr() + (1 * 8 + loop) * 8]
+    log = torch.tensor([2, 0, at[0], 12, 3, 2, at[1], 12, 4], dtype=torch.int64)
     with pytest.raises(WaitTimeout) as raised:
         check_hang_log(log, counters, manifest, spec)
     assert [(r.layer, r.counter, r.edge) for r in raised.value.records] == [
-        (1, 1, "qkv→attn"), (1, loop, f"down→{program.stages[0].name}")]
+        (1, 1, "qkv→attn"), (0, loop, f"down→{program.stages[0].name}")]
 
 
 def test_the_bench_table_states_each_band_against_the_one_row_step_of_the_same_run():

@@ -1,7 +1,7 @@
 """The plan contracts C1–C5, read off a package's manifest (stages, regions, sync edges, resources).
 
-Each sync edge is total: every CTA of the grid signals it once per step (once per layer, in a
-layer loop) after finishing the producer stage, and every CTA waits for all of those signals
+Each sync edge is total: every CTA of the grid signals it once per step (a layer loop's layers
+each on counters of their own) after finishing the producer stage, and every CTA waits for all of those signals
 before the consumer stage. So a region written in stage w and read in a later stage r is
 ordered exactly when an edge joins each consecutive pair of stages from w to r (release/acquire
 chains are cumulative). A layer loop (``layers`` > 1) runs the stages again for the next layer:
@@ -176,7 +176,7 @@ def epochs(p: ProgramSpec, manifest: Manifest) -> list[Violation]:
     types = {a.name: a.type for a in p.args}
     limit = INT64_MAX if types.get("counters") == "*i64" else INT32_MAX
     steps = manifest.deployment.get("lifetime_steps", 0)
-    most = max(e.signals_per_epoch for e in p.syncs) * p.layers  # a layer loop signals each edge once a layer
+    most = max(e.signals_per_epoch for e in p.syncs)  # a layer loop's layers each have their own counters
     if (steps + 1) * most > limit:
         return [Violation(p.name, "counters", "C5",
                           f"{types.get('counters', '?')} counters reach {(steps + 1) * most} (lifetime {steps} steps "

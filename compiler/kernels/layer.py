@@ -26,7 +26,7 @@ weight chunk before each wait, so the wait hides under that load.
 import triton
 import triton.language as tl
 
-from ...runtime.manifest import LAYER_OFFSET_COLUMNS
+from ...runtime.manifest import COUNTERS_PER_LAYER, LAYER_OFFSET_COLUMNS
 from .common import (
     clock_end,
     clock_start,
@@ -439,20 +439,20 @@ def norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.con
 
 
 @triton.jit
-def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, counters, stage_clock, wait_ptr, target,
-                       hang_log, M: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, EPS: tl.constexpr,
-                       G: tl.constexpr, RUN: tl.constexpr, PERSISTENT: tl.constexpr, PDL: tl.constexpr,
-                       LOOPED: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
-                       CLOCK_SLOTS: tl.constexpr):
+def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, counters, stage_clock, wait_ptr,
+                       wait_target, target, hang_log, M: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr,
+                       EPS: tl.constexpr, G: tl.constexpr, RUN: tl.constexpr, PERSISTENT: tl.constexpr,
+                       PDL: tl.constexpr, LOOPED: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
+                       CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
     """A program's first stage when it is a norm stage (the layer's norm_qkv, the head's norm):
     ``norm_stage`` after the wait for what wrote x — the previous launch (PDL), or in a layer loop
-    (LOOPED) the previous layer's down, on the loop edge at ``wait_ptr`` for ``target`` − G —
+    (LOOPED) the previous layer's down, on the loop edge at ``wait_ptr`` for ``wait_target`` —
     clocked as stage 0 and, in persistent mode, signalled on edge 0. Returns the sync target of
     the stages after it: in a layer loop the one given, else the step's, read before this first
     signal (0 outside persistent mode)."""
     if RUN:
         if LOOPED:
-            wait(wait_ptr, target - G, hang_log, WAIT_SPINS, HANG_SLOTS)
+            wait(wait_ptr, wait_target, hang_log, WAIT_SPINS, HANG_SLOTS)
         elif PDL:
             tl.extra.cuda.gdc_wait()
         clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
@@ -468,6 +468,7 @@ def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, c
 # The layer loop's table (``layer_offsets``, written by the runtime at bind): for each layer, the
 # element offset of each of its tensors from layer 0's, in the manifest format's column order.
 _COLUMNS = tl.constexpr(len(LAYER_OFFSET_COLUMNS))
+_COUNTERS = tl.constexpr(COUNTERS_PER_LAYER)  # a layer's block of sync counters
 _ATTN_NORM, _W_QKV, _B_QKV, _Q_NORM, _K_NORM, _W_O, _MLP_NORM, _W_GATE_UP, _W_DOWN, _K_CACHE, _V_CACHE = (
     tl.constexpr(LAYER_OFFSET_COLUMNS.index(name)) for name in (
         "attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down", "k_cache",
@@ -513,13 +514,13 @@ def layer_kernel(
 
     The layer loop (LAYERS > 1): the arguments are layer 0's, and ``layer_offsets`` ([LAYERS,
     len(LAYER_OFFSET_COLUMNS)] int64) shifts them to layer l's. The hidden state ping-pongs: layer l
-    reads x_in and writes x_out when l is even, the other way round when it is odd. The launch
-    boundary between layers becomes the loop edge, counter LAST: every CTA signals it after its
-    down, and the next layer's first stage waits for all of them. Each counter then takes G
-    signals a layer, LAYERS × G a step, so layer l's targets are (epoch · LAYERS + l + 1) × G, the
-    epoch read once before the loop (before this CTA's first signal of the step); layer 0's wait
-    on the loop edge is for the last step's signals, already there. A profiling build clocks
-    layer l in rows l · G + CTA of ``stage_clock``.
+    reads x_in and writes x_out when l is even, the other way round when it is odd. Layer l's sync
+    edges are the l-th block of COUNTERS_PER_LAYER counters, each taking G signals a step as in a
+    launch a layer (so the epoch, read once before the loop, gives every layer its targets), and
+    the launch boundary between layers becomes the loop edge, counter LAST of a block: every CTA
+    signals it after its down, and the next layer's first stage waits for all of them (layer 0's
+    wait, on the last layer's block, is for the last step's signals, long there). A profiling
+    build clocks layer l in rows l · G + CTA of ``stage_clock``.
     """
     if LAYERS == 1:
         _decoder_layer(
@@ -622,25 +623,31 @@ def _decoder_layer(
     # qkv waits for norm_qkv on the edge; without a norm stage, for what wrote x_in: the previous
     # launch (PDL), or in the layer loop the previous layer's down on the loop edge (counter N_DOWN)
     QKV_WAIT: tl.constexpr = (1 if PERSISTENT else 0) if NORM_STAGES or LOOPED else (2 if PDL else 0)
-    QKV_WAIT_ON: tl.constexpr = N_QKV - 1 if NORM_STAGES else N_DOWN
     pid = tl.program_id(0)
     odd = layer % 2 == 1
     target = 0  # outside the loop: read from the counters after the first stage
     offsets = layer_offsets  # outside the loop: none
+    loop_edge = counters + N_DOWN  # (unused outside the loop)
+    loop_target = target
     if LOOPED:
-        target = (epoch + layer + 1) * G
+        # Layer l signals the l-th block of counters, G a step each; its first stage waits on the
+        # loop edge of the layer before (layer 0: of the last step's last layer, long there).
+        target = (epoch + 1) * G
         offsets = layer_offsets + layer * _COLUMNS
-    if LOOPED:
+        loop_edge = counters + ((layer + LAYERS - 1) % LAYERS) * _COUNTERS + N_DOWN
+        loop_target = (epoch + (layer + LAYERS - 1) // LAYERS) * G  # this step's, but for layer 0
+        counters = counters + layer * _COUNTERS
         attn_norm, w_qkv = _shifted(attn_norm, offsets, _ATTN_NORM), _shifted(w_qkv, offsets, _W_QKV)
         if QKV_BIAS:
             b_qkv = _shifted(b_qkv, offsets, _B_QKV)
     x_src = _hidden(x_in, x_out, odd, LOOPED)
     if NORM_STAGES:  # norm_qkv
-        target = leading_norm_stage(pid, x_src, DOWN_SPLIT, attn_norm, x_hat_qkv, counters, stage_clock,
-                                    counters + N_DOWN, target, hang_log, M, H, H_P, EPS, G, FIRST <= 0 and LAST >= 0,
+        target = leading_norm_stage(pid, x_src, DOWN_SPLIT, attn_norm, x_hat_qkv, counters, stage_clock, loop_edge,
+                                    loop_target, target, hang_log, M, H, H_P, EPS, G, FIRST <= 0 and LAST >= 0,
                                     PERSISTENT, PDL, LOOPED, WAIT_SPINS, HANG_SLOTS, CLOCK, CLOCK_SLOTS)
-    # qkv waits on norm_qkv's edge for this layer's target, on the loop edge for the previous layer's
-    qkv_target = target - G if LOOPED and not NORM_STAGES else target
+    # qkv waits on norm_qkv's edge for this layer's target, or on the loop edge
+    qkv_wait, qkv_target = (loop_edge, loop_target) if LOOPED and not NORM_STAGES else (counters + max(N_QKV - 1, 0),
+                                                                                        target)
     if FIRST <= N_QKV and LAST >= N_QKV:
         # With PDL this launch may start while the previous layer drains (where its CTAs fit
         # beside the previous layer's): it reads nothing the previous layer wrote before
@@ -648,7 +655,7 @@ def _decoder_layer(
         # before it). After a norm stage, qkv streams its x̂ (x_in's norm stage did the PDL wait).
         x_hat = x_hat_qkv
         gemv_stage(pid, x_hat if NORM_STAGES else x_src, 1 if NORM_STAGES else DOWN_SPLIT, attn_norm, x_hat,
-                   w_qkv, qkv, b_qkv, x_src, DOWN_SPLIT, counters + QKV_WAIT_ON, qkv_target, hang_log,
+                   w_qkv, qkv, b_qkv, x_src, DOWN_SPLIT, qkv_wait, qkv_target, hang_log,
                    stage_clock, 1 + 2 * N_QKV, N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT,
                    G=G, EPS=EPS, NORM=not NORM_STAGES, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
                    WAIT=QKV_WAIT, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
