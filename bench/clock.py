@@ -8,8 +8,7 @@ per stage and summed or taken over the launches that ran it:
 - span: the last CTA's end − the first CTA's start (what the stage costs the step),
 - work: end − start per CTA (median and max over CTAs; the max is the critical one),
 - wait: start − the previous stage's end per CTA, within a launch (the sync edge's cost as the
-  CTA sees it: its own signal, the slowest producer, the acquire poll; in a layer loop, a layer's
-  first stage after the previous layer's last),
+  CTA sees it: its own signal, the slowest producer, the acquire poll),
 - gap: the stage's first start − the last end of the stage before it (the previous launch's last
   stage, for a launch's first), summed: time in which no CTA is inside a stage — the sync
   latency after the last producer signals, or the launch boundary between layers.
@@ -39,31 +38,21 @@ class StageRow:
     gap_us: float | None  # summed over the launches; None where no clocked stage came before
 
 
-def layer_rows(launches) -> list[tuple[object, int, bool]]:
-    """For each block of a profiling build's clock (``DecodeStep.stage_clock``): (its launch, the
-    launch's layer it clocks, whether it continues a layer loop's previous block)."""
-    return [(launch, k, k > 0) for launch in launches for k in range(launch.layers)]
-
-
 def stage_rows(clock: torch.Tensor, programs: dict, launches) -> list[StageRow]:
-    """``clock``: the step's clocks [layer launches, CTAs, slots] on the host (a block per layer a
-    launch runs, ``layer_rows``); ``programs`` the manifest's programs by name; ``launches`` the
-    step's launches in order. In a layer loop, a layer's first stage waits on the previous
-    layer's last, as within a launch."""
+    """``clock``: the step's stage_clock [launches, CTAs, slots] on the host; ``programs`` the
+    manifest's programs by name; ``launches`` the step's launches in order."""
     spans: dict[tuple[str, str], list[float]] = {}
     works: dict[tuple[str, str], list[tuple[float, float]]] = {}
     waits: dict[tuple[str, str], list[tuple[float, float]]] = {}
     gaps: dict[tuple[str, str], list[float]] = {}
     last_end = None  # the latest end of the stage clocked before this one, in any launch
-    previous_end = None  # per CTA, the end of the stage before this one within a launch
-    for i, (launch, _, continued) in enumerate(layer_rows(launches)):
+    for i, launch in enumerate(launches):
         p = programs[launch.program]
         if not any(a.name == "stage_clock" for a in p.args):
             last_end = None  # the embedding gathers one row per task: no stages to clock
             continue
         rows = clock[i, : p.grid].double()
-        if not continued:
-            previous_end = None
+        previous_end = None
         first = dict(p.constexprs)["FIRST"]  # the program runs stages FIRST..LAST of its kernel
         for k, stage in enumerate(p.stages, start=first):
             start, end = rows[:, 1 + 2 * k], rows[:, 2 + 2 * k]
@@ -90,8 +79,7 @@ def stage_rows(clock: torch.Tensor, programs: dict, launches) -> list[StageRow]:
 
 
 def placement(clock: torch.Tensor, launch: int, grid: int) -> dict[int, int]:
-    """For one block of the clock (a launch, or a layer of a layer loop's): CTAs per SM → how many
-    SMs ran that many."""
+    """For one launch: CTAs per SM → how many SMs ran that many."""
     per_sm = Counter(clock[launch, :grid, 0].tolist())
     return dict(sorted(Counter(per_sm.values()).items()))
 

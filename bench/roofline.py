@@ -16,5 +16,5 @@ def step_bytes(manifest: Manifest, band: BandSpec, context: int, mode: str | Non
     total = 0
     for launch in step.launches:
         for stage in manifest.program(launch.program).stages:
-            total += (stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context) * launch.layers
+            total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context
     return total

@@ -48,7 +48,6 @@ SEARCH: tuple[tuple[str, tuple[int, ...]], ...] = (
     ("max_split_qkv", (1, 8)),
     ("norm_stages", (0, 1)),  # before norm_rows, which only a band that stages x̂ per CTA uses
     ("norm_rows", (1, 2, 4, 8)),
-    ("fuse_layers", (0, 1)),  # every layer in one launch: last, once the program it loops is chosen
 )
 
 
@@ -162,12 +161,8 @@ class _BandSearch:
         return best, best_ms
 
     def _programs(self, settings: dict[str, int]) -> tuple:
-        """What a candidate compiles to: its plan's programs (name, constexprs, grid, warps), or
-        the planner's refusal (which its build then records)."""
-        try:
-            plan = plan_recipe(self.sub, self._table(settings))
-        except Refusal as e:
-            return ("refused", e.reason)
+        """What a candidate compiles to: its plan's programs (name, constexprs, grid, warps)."""
+        plan = plan_recipe(self.sub, self._table(settings))
         return tuple((p.name, p.constexprs, p.grid, p.num_warps) for p in plan.programs)
 
     def _table(self, settings: dict[str, int]) -> Schedule:

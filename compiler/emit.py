@@ -43,7 +43,7 @@ class Program:
                 self.launch_pdl, self.launch_cooperative)
 
 
-def _layer_args(recipe: Recipe, plan: ProgramPlan) -> tuple[list[Arg], list[str]]:
+def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     g, d = recipe.geometry, recipe.deployment
     w, kv = "*" + _TRITON_DTYPES[d.dtype], "*" + _TRITON_DTYPES[d.kv_cache.dtype]
     f32, i32 = "*fp32", "*i32"
@@ -54,11 +54,9 @@ def _layer_args(recipe: Recipe, plan: ProgramPlan) -> tuple[list[Arg], list[str]
         Arg("bt_stride", "i32"), Arg("context_lens", i32), Arg("positions", i32), Arg("rope", f32),
         Arg("qkv", f32), Arg("part_acc", f32), Arg("part_ml", f32), Arg("attn_out", w), Arg("x1", f32),
         Arg("h", w), Arg("x_hat_qkv", w), Arg("x_hat_up", w), Arg("counters", "*i64"), Arg("hang_log", "*i64"),
-        Arg("stage_clock", "*i64"), Arg("layer_offsets", "*i64"),
+        Arg("stage_clock", "*i64"),
     ]
     dropped = _debug_args_dropped(recipe)
-    if plan.constexpr("LAYERS") == 1:  # one layer a launch: its tensors are the arguments themselves
-        dropped.append("layer_offsets")
     if not g.qkv_bias:
         dropped.append("b_qkv")
     if not g.qk_norm:
@@ -66,7 +64,7 @@ def _layer_args(recipe: Recipe, plan: ProgramPlan) -> tuple[list[Arg], list[str]
     return args, dropped
 
 
-def _head_args(recipe: Recipe, plan: ProgramPlan) -> tuple[list[Arg], list[str]]:
+def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
     args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
             Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("x_hat", w),
@@ -83,7 +81,7 @@ def _debug_args_dropped(recipe: Recipe) -> list[str]:
     return ([] if d.debug_wait_spins else ["hang_log"]) + ([] if d.stage_clock else ["stage_clock"])
 
 
-def _embed_args(recipe: Recipe, plan: ProgramPlan) -> tuple[list[Arg], list[str]]:
+def _embed_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
     w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
     return [Arg("tokens", "*i32"), Arg("embed", w), Arg("x_out", "*fp32")], []
 
@@ -92,7 +90,7 @@ _ARGS = {"layer_kernel": _layer_args, "head_kernel": _head_args, "embed_kernel":
 
 
 def emit(recipe: Recipe, plan: ProgramPlan) -> Program:
-    args, dropped = _ARGS[plan.kernel](recipe, plan)
+    args, dropped = _ARGS[plan.kernel](recipe)
     live = tuple(a for a in args if a.name not in dropped)
     return Program(plan.name, plan.kernel, live, tuple(dropped), plan.constexprs, plan.num_warps,
                    plan.launch_pdl, plan.launch_cooperative, plan.grid)

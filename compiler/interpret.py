@@ -1,12 +1,8 @@
-"""Run a plan's programs under Triton's CPU interpreter: the numerics test on CPU.
+"""Run a plan's staged programs under Triton's CPU interpreter: the numerics test on CPU.
 
 The staged programs are the persistent program's stages, one per launch, with no waits, so
 they run under ``TRITON_INTERPRET`` (the interpreter runs CTAs one after another, where a
-spin-wait on a CTA that has not run would never return). The persistent programs run there too
-when planned for a grid of one CTA (one SM, one CTA per SM): its every wait is for its own
-signals, and the code between them — the layer loop's included — is the code the GPU runs
-(programmatic dependent launch, which orders launches that run one after another anyway, is a
-no-op there).
+spin-wait would never return).
 """
 
 from __future__ import annotations
@@ -32,13 +28,11 @@ def _round_to_bf16(data: np.ndarray) -> np.ndarray:
 
 
 def _fix_interpreter_bf16() -> None:
-    """Make Triton 3.6.0's interpreter compute bf16 as the GPU does, and let it pass PDL.
+    """Make Triton 3.6.0's interpreter compute bf16 as the GPU does.
 
     The interpreter stores bf16 as its uint16 bit pattern; its ``dot`` multiplies those bit
     patterns as integers, and its fp32 → bf16 cast truncates where the GPU rounds to nearest even.
-    Both are patched here, in the interpreter only; the compiled code is untouched. It runs no
-    inline PTX either: the ``griddepcontrol`` instructions of programmatic dependent launch become
-    no-ops (its launches run one after another).
+    Both are patched here, in the interpreter only; the compiled code is untouched.
     """
     import triton.language as tl
     from triton.runtime import interpreter
@@ -63,8 +57,6 @@ def _fix_interpreter_bf16() -> None:
     builder.create_dot, builder.cast_impl = create_dot, cast_impl
     builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
     builder._monobuild_bf16 = True
-    # griddepcontrol.wait / launch_dependents (PDL): the interpreter's launches run one after another
-    tl.extra.cuda.gdc_wait = tl.extra.cuda.gdc_launch_dependents = lambda *args, **kwargs: None
 
 
 def interpreted_kernels():
@@ -86,22 +78,16 @@ def interpreted_kernels():
 
 
 class InterpretedStep:
-    """One band's decode step, launching its programs under the interpreter: the staged ones, or
-    the persistent ones of a plan for one CTA."""
+    """One band's decode step, launching the staged programs under the interpreter."""
 
-    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches, mode: str = "staged"):
+    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches):
         self.recipe = plan.recipe
-        self.step = plan.step(band, mode)
-        wide = [p.name for p in plan.programs if p.mode == "persistent" and p.grid > 1 and len(p.stages) > 1]
-        if mode == "persistent" and wide:
-            raise ValueError(f"{wide[0]}: a grid of {plan.program(wide[0]).grid} CTAs; the interpreter runs a "
-                             "persistent program only on one (plan it for one SM and one CTA per SM)")
+        self.step = plan.step(band, "staged")
         self.programs = {p.name: (p, emit(self.recipe, p)) for p in plan.programs}
         regions = [r for p, _ in self.programs.values() if p.band == band for r in p.regions]
         g = self.recipe.geometry.to_json()
-        self.buffers = StepBuffers(g, regions, band.m, [(x.layers, plan.program(x.program).grid)
-                                                         for x in self.step.launches],
-                                   self.recipe.deployment.max_context, poison=True)
+        self.buffers = StepBuffers(g, regions, band.m, len(self.step.launches), self.recipe.deployment.max_context,
+                                   poison=True)
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
         self.kernels = interpreted_kernels()
 

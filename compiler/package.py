@@ -40,12 +40,10 @@ def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, 
         "symbol": code.symbol, "code": f"code/{p.name}.{suffix}", "ir": ir_files,
         "args": [asdict(a) for a in program.args], "grid": p.grid, "block": code.resources.threads,
         "shared_bytes": code.shared_bytes, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
-        "layers": p.layers,
         "stages": [{"name": s.name, "tasks": s.tasks, "weight_bytes": s.weight_bytes,
                     "kv_bytes_per_token": s.kv_bytes_per_token, "io_bytes": s.io_bytes} for s in p.stages],
         "regions": [{"name": r.name, "kind": r.kind, "dtype": r.dtype, "shape": list(r.shape),
-                     "writer": r.writer, "readers": list(r.readers), "same_stage": r.same_stage, "carried": r.carried}
-                    for r in p.regions],
+                     "writer": r.writer, "readers": list(r.readers), "same_stage": r.same_stage} for r in p.regions],
         "syncs": [{"counter": s.counter, "producer": s.producer, "consumer": s.consumer,
                    "regions": list(s.regions), "signals_per_epoch": s.signals_per_epoch} for s in p.syncs],
         "constexprs": dict(p.constexprs), "resources": asdict(code.resources), "fingerprint": code.fingerprint,
@@ -77,8 +75,7 @@ def write_package(out_dir: Path, plan: Plan, programs: dict[str, Program], codes
             "deployment": _deployment_json(recipe), "toolchain": dict(_toolchain()),
             "programs": entries,
             "steps": [{"band": {"rows": s.band.rows, "tokens": s.band.tokens}, "mode": s.mode,
-                       "launches": [{"program": x.program, "layer": x.layer, "layers": x.layers}
-                                    for x in s.launches]}
+                       "launches": [{"program": x.program, "layer": x.layer} for x in s.launches]}
                       for s in plan.steps],
         }
         (tmp / "manifest.json").write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")

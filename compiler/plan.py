@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .errors import Refusal
 from .geometry import Geometry, next_pow2
 from .recipe import Band, Recipe
 from .schedule import Schedule, ScheduleEntry, load_schedule
@@ -35,9 +34,6 @@ class Region:
     # Why a reader in the writer's own stage needs no sync edge (checked by contract C1): the
     # reads and writes touch disjoint elements, or each CTA reads back only what it wrote.
     same_stage: str | None = None
-    # In a layer loop: what the writer stores is read by the readers of the next iteration (the
-    # hidden state, ordered across the loop edge), not of its own.
-    carried: bool = False
 
     @property
     def nbytes(self) -> int:
@@ -83,7 +79,6 @@ class ProgramPlan:
     launch_pdl: bool
     launch_cooperative: bool
     schedule: ScheduleEntry
-    layers: int = 1  # decoder layers one launch runs (a layer loop when > 1)
 
     def constexpr(self, name: str):
         return dict(self.constexprs)[name]
@@ -92,8 +87,7 @@ class ProgramPlan:
 @dataclass(frozen=True)
 class Launch:
     program: str
-    layer: int | None  # the (first) decoder layer it runs (weights, KV cache), None for embed/head
-    layers: int = 1  # how many, from ``layer`` on (a layer program's loop)
+    layer: int | None  # the decoder layer it runs (weights, KV cache, counters), None for embed/head
 
 
 @dataclass(frozen=True)
@@ -129,7 +123,7 @@ class Plan:
         total = 0
         for launch in self.step(band, self.recipe.deployment.modes[0]).launches:
             for stage in self.program(launch.program).stages:
-                total += (stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context) * launch.layers
+                total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context
         return total
 
 
@@ -226,23 +220,13 @@ def _x_hat(name: str, norm: str, gemv: str, dtype: str, m: int, h: int, grid: in
 
 
 def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits: KSplits, w_dtype: str,
-                   grid: int, norm_stages: bool, looped: bool) -> tuple[Region, ...]:
-    """A layer program's regions. In a layer loop (``looped``) the hidden state ping-pongs
-    between x_in and x_out: each is written by down and read by the next layer's qkv (or
-    norm_qkv) and o, across the loop edge (layer 0's x_in by the launch before)."""
+                   grid: int, norm_stages: bool) -> tuple[Region, ...]:
     m, h, d = band.m, g.hidden, g.head_dim
     qkv_in, up_in = ("norm_qkv", "norm_up") if norm_stages else ("qkv", "up")
     x_hats = (_x_hat("x_hat_qkv", "norm_qkv", "qkv", w_dtype, m, h, grid, norm_stages),
               _x_hat("x_hat_up", "norm_up", "up", w_dtype, m, h, grid, norm_stages))
-    hidden = (k_splits.down, m, h)
-    if looped:
-        x_in, x_out = (Region(name, "io", "fp32", hidden, "down", (qkv_in, "o"), carried=True)
-                       for name in ("x_in", "x_out"))
-    else:
-        x_in, x_out = Region("x_in", "io", "fp32", hidden, None, (qkv_in, "o")), \
-            Region("x_out", "io", "fp32", hidden, "down", ())
     return (
-        x_in,
+        Region("x_in", "io", "fp32", (k_splits.down, m, h), None, (qkv_in, "o")),
         Region("qkv", "scratch", "fp32", (k_splits.qkv, m, g.qkv_rows), "qkv", ("attn",)),
         Region("k_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
         Region("v_cache", "kv_cache", kv_dtype, (band.rows, g.kv_heads, d), "attn", ("attn",), _KV_DISJOINT),
@@ -253,22 +237,17 @@ def _layer_regions(g: Geometry, band: Band, splits: int, kv_dtype: str, k_splits
         Region("x1", "scratch", "fp32", (k_splits.o, m, h), "o", (up_in, "down")),
         Region("h", "scratch", w_dtype, (m, g.intermediate), "up", ("down",)),
         *x_hats,
-        x_out,
+        Region("x_out", "io", "fp32", (k_splits.down, m, h), "down", ()),
     )
 
 
-def _edges(stage_names: tuple[str, ...], regions: tuple[Region, ...], grid: int, looped: bool) -> tuple[SyncEdge, ...]:
-    """One edge between consecutive stages, ordering every scratch region the later stage reads;
-    in a layer loop also the loop edge, from the last stage to the next layer's first, ordering
-    the hidden state (the carried regions) and every region the next layer rewrites."""
+def _edges(stage_names: tuple[str, ...], regions: tuple[Region, ...], grid: int) -> tuple[SyncEdge, ...]:
+    """One edge between consecutive stages, ordering every scratch region the later stage reads."""
     edges = []
     for i, (producer, consumer) in enumerate(zip(stage_names, stage_names[1:])):
         ordered = tuple(r.name for r in regions if r.kind == "scratch" and r.writer == producer
                         and consumer in r.readers)
         edges.append(SyncEdge(i, producer, consumer, ordered, grid))
-    if looped:
-        carried = tuple(r.name for r in regions if r.carried)
-        edges.append(SyncEdge(len(edges), stage_names[-1], stage_names[0], carried, grid))
     return tuple(edges)
 
 
@@ -293,8 +272,8 @@ class Planner:
                     if p.name not in {q.name for q in programs}:
                         programs.append(p)
                 launches = [Launch(embed.name, None)]
-                for layer_index in range(0, self.recipe.geometry.layers, layer[0].layers):
-                    launches += [Launch(p.name, layer_index, p.layers) for p in layer]
+                for layer_index in range(self.recipe.geometry.layers):
+                    launches += [Launch(p.name, layer_index) for p in layer]
                 launches += [Launch(p.name, None) for p in head]
                 steps.append(StepPlan(band, mode, tuple(launches)))
         return Plan(self.recipe, self.schedule.source, tuple(programs), tuple(steps))
@@ -352,14 +331,9 @@ class Planner:
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
                                           if long_kt > kt else "")
         norm_stages = bool(entry.norm_stages)
-        # fuse_layers: the persistent program runs every layer in one launch (a layer loop)
-        layers = g.layers if entry.fuse_layers and mode == "persistent" else 1
-        if layers > 1:
-            self._check_layer_loop(band, entry, k_splits)
         stages = _with_tasks(_layer_stages(g, band, self.w, self.kvb, splits, kv_tiles, norm_stages), entry.block_n, g,
                              k_splits)
-        regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid, norm_stages,
-                                 layers > 1)
+        regions = _layer_regions(g, band, splits, d.kv_cache.dtype, k_splits, d.dtype, full_grid, norm_stages)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
@@ -370,25 +344,9 @@ class Planner:
             "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages, "LAYERS": layers,
+            "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
-        return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry, layers)
-
-    def _check_layer_loop(self, band: Band, entry: ScheduleEntry, k_splits: KSplits) -> None:
-        """Refuse a layer loop (``fuse_layers``) the contracts cannot hold: on a target whose
-        checks do not follow its call (gfx9's LLVM IR), or where o's tasks are one weight chunk
-        each — Triton 3.6's pipeliner then copies o's residual, the hidden state that another CTA's
-        down wrote in the same launch, through the L1 cache (cp.async.ca), which I3 forbids."""
-        g, d = self.recipe.geometry, self.recipe.deployment
-        where = f"fuse_layers ({band.name})"
-        if not d.target.is_nvidia:
-            raise Refusal(self.schedule.source, f"{where}: the contract checks follow a layer loop's call through "
-                                                f"PTX (sm_90) only, not {d.target.name}'s LLVM IR")
-        k, bk = g.q_heads * g.head_dim // k_splits.o, self._block_k(entry)
-        if k <= bk:
-            raise Refusal(self.schedule.source, f"{where}: o's tasks are one weight chunk each ({k} columns, block_k "
-                                                f"{bk}), which would read the hidden state through the L1 cache "
-                                                f"(contract I3); use a block_k below {k}")
+        return self._moded("layer", "layer_kernel", band, mode, stages, regions, full_grid, cx, entry)
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment
@@ -420,17 +378,14 @@ class Planner:
         stages = tuple(Stage(i, *s) for i, s in enumerate(stages))
         return self._moded("head", "head_kernel", band, mode, stages, tuple(regions), full_grid, cx, entry)
 
-    def _moded(self, kind, kernel, band, mode, stages, regions, full_grid, cx, entry,
-               layers: int = 1) -> tuple[ProgramPlan, ...]:
-        """One persistent program running every stage (of ``layers`` layers: a layer loop when > 1),
-        or one staged program per stage."""
+    def _moded(self, kind, kernel, band, mode, stages, regions, full_grid, cx, entry) -> tuple[ProgramPlan, ...]:
+        """One persistent program running every stage, or one staged program per stage."""
         pdl = self.recipe.deployment.target.is_nvidia
         if mode == "persistent" and len(stages) > 1:
-            syncs = _edges(tuple(s.name for s in stages), regions, full_grid, layers > 1)
+            syncs = _edges(tuple(s.name for s in stages), regions, full_grid)
             consts = {**cx, "G": full_grid, "FIRST": 0, "LAST": len(stages) - 1, "PDL": pdl}
             return (ProgramPlan(f"{kind}.{band.name}.persistent", kind, kernel, band, mode, stages, full_grid,
-                                entry.num_warps, regions, syncs, tuple(sorted(consts.items())), pdl, True, entry,
-                                layers),)
+                                entry.num_warps, regions, syncs, tuple(sorted(consts.items())), pdl, True, entry),)
         out = []
         for s in stages:
             grid = min(full_grid, s.tasks)

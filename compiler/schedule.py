@@ -35,7 +35,6 @@ class ScheduleEntry:
     kv_substreams: int = 1
     norm_rows: int = 1
     norm_stages: int = 0
-    fuse_layers: int = 0
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
@@ -45,10 +44,10 @@ _KEYS = {f.name for f in fields(ScheduleEntry)}
 # long_kv_stages to 0 (the long walk is pipelined as deep as the short one), kv_substreams to 1
 # (the long walk keeps one online-softmax state), norm_rows to 1 (a norm stage stages one row of x̂
 # per load), norm_stages to 0 (each CTA of a GEMV after an RMSNorm — qkv, up, the LM head — stages
-# x̂ itself), fuse_layers to 0 (a persistent layer program is launched once per layer).
+# x̂ itself).
 _OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
-             "kv_substreams", "norm_rows", "norm_stages", "fuse_layers"}
-_FLAGS = {"norm_stages", "fuse_layers"}  # 0 or 1
+             "kv_substreams", "norm_rows", "norm_stages"}
+_FLAGS = {"norm_stages"}  # 0 or 1
 _ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages"}  # a pipeline depth need not be a power of two
 _ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages"}  # keys where 0 is allowed, and what it means
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}

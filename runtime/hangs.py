@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .manifest import COUNTERS_PER_LAYER, Manifest, StepSpec
+from .buffers import COUNTERS_PER_LAUNCH
+from .manifest import Manifest, StepSpec
 
 
 @dataclass(frozen=True)
@@ -48,14 +49,13 @@ def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Man
     if count == 0:
         return
     slots = (log.numel() - 1) // 4
-    base, width = counters.data_ptr(), COUNTERS_PER_LAYER * counters.element_size()
-    rows = spec.layer_launches()  # a counter block for each layer a launch runs
+    base, width = counters.data_ptr(), COUNTERS_PER_LAUNCH * counters.element_size()
     records = []
     for k in range(min(count, slots)):
         cta, address, target, seen = (int(v) for v in log[1 + 4 * k: 5 + 4 * k])
-        row, counter = divmod(address - base, width)
+        launch, counter = divmod(address - base, width)
         counter //= counters.element_size()
-        entry = rows[row]
+        entry = spec.launches[launch]
         program = manifest.program(entry.program)
         edge = next((f"{s.producer}→{s.consumer}" for s in program.syncs if s.counter == counter), "?")
         records.append(WaitRecord(entry.program, entry.layer, cta, counter, edge, target, seen))

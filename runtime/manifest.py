@@ -10,15 +10,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-MANIFEST_FORMAT = 2  # 2: a program may run several layers a launch (``layers``)
-READABLE_FORMATS = (1, 2)
-# Sync-edge counters a program has for each layer it runs (a block of int64; format 2): a layer
-# loop's layer l uses the l-th block of its launch's, so every counter takes a grid of signals a step.
-COUNTERS_PER_LAYER = 8
-# A layer loop's ``layer_offsets`` table (format 2): per layer, the element offset of each of its
-# tensors from layer 0's (the launch's arguments), in this column order.
-LAYER_OFFSET_COLUMNS = ("attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down",
-                        "k_cache", "v_cache")
+MANIFEST_FORMAT = 1
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 
 
@@ -55,7 +47,6 @@ class RegionSpec:
     writer: str | None
     readers: tuple[str, ...]
     same_stage: str | None = None  # why a same-stage reader needs no sync (see compiler/plan.py)
-    carried: bool = False  # a layer loop's next iteration reads it (see compiler/plan.py)
 
     @property
     def nbytes(self) -> int:
@@ -115,14 +106,12 @@ class ProgramSpec:
     resources: ResourceSpec
     fingerprint: str
     cache_key: str
-    layers: int = 1  # decoder layers one launch runs (a layer loop when > 1)
 
 
 @dataclass(frozen=True)
 class LaunchSpec:
     program: str
-    layer: int | None  # the (first) decoder layer it runs; None for the embedding and the head
-    layers: int = 1  # how many, from ``layer`` on
+    layer: int | None
 
 
 @dataclass(frozen=True)
@@ -130,12 +119,6 @@ class StepSpec:
     band: BandSpec
     mode: str
     launches: tuple[LaunchSpec, ...]
-
-    def layer_launches(self) -> tuple[LaunchSpec, ...]:
-        """The launches with a layer loop's launch expanded into one entry per layer it runs:
-        what a profiling build's clocks and a debug build's hang records are indexed by."""
-        return tuple(LaunchSpec(x.program, x.layer + i if x.layer is not None else None)
-                     for x in self.launches for i in range(x.layers))
 
 
 @dataclass(frozen=True)
@@ -163,25 +146,23 @@ def _program(d: dict) -> ProgramSpec:
         grid=d["grid"], block=d["block"], shared_bytes=d["shared_bytes"], launch_pdl=d["launch"]["pdl"],
         launch_cooperative=d["launch"]["cooperative"], stages=tuple(StageSpec(**s) for s in d["stages"]),
         regions=tuple(RegionSpec(r["name"], r["kind"], r["dtype"], tuple(r["shape"]), r["writer"],
-                                 tuple(r["readers"]), r.get("same_stage"), r.get("carried", False))
-                      for r in d["regions"]),
+                                 tuple(r["readers"]), r.get("same_stage")) for r in d["regions"]),
         syncs=tuple(SyncSpec(s["counter"], s["producer"], s["consumer"], tuple(s["regions"]),
                              s["signals_per_epoch"]) for s in d["syncs"]),
         constexprs=tuple(sorted(d["constexprs"].items())), resources=ResourceSpec(**d["resources"]),
-        fingerprint=d["fingerprint"], cache_key=d["cache_key"], layers=d.get("layers", 1),
+        fingerprint=d["fingerprint"], cache_key=d["cache_key"],
     )
 
 
 def manifest_from_json(doc: dict) -> Manifest:
-    if doc.get("format") not in READABLE_FORMATS:
-        raise PackageError(f"manifest format {doc.get('format')!r}: this runtime reads formats "
-                           f"{', '.join(map(str, READABLE_FORMATS))}")
+    if doc.get("format") != MANIFEST_FORMAT:
+        raise PackageError(f"manifest format {doc.get('format')!r} is not {MANIFEST_FORMAT}")
     return Manifest(
         recipe=doc["recipe"], target=doc["target"], sm_count=doc["sm_count"], geometry=doc["geometry"],
         deployment=doc["deployment"], toolchain=tuple(sorted(doc["toolchain"].items())),
         programs=tuple(_program(p) for p in doc["programs"]),
         steps=tuple(StepSpec(BandSpec(**s["band"]), s["mode"],
-                             tuple(LaunchSpec(x["program"], x["layer"], x.get("layers", 1)) for x in s["launches"]))
+                             tuple(LaunchSpec(x["program"], x["layer"]) for x in s["launches"]))
                     for s in doc["steps"]),
     )
 

@@ -63,11 +63,11 @@ class _BandStep:
         regions = [r for name in sorted(used) for r in programs[name].regions]
         slots = max((dict(programs[n].constexprs).get("HANG_SLOTS", 0) for n in used), default=0)
         clocked = [programs[n] for n in used if any(a.name == "stage_clock" for a in programs[n].args)]
-        clock_slots = dict(clocked[0].constexprs)["CLOCK_SLOTS"] if clocked else 0
-        self.buffers = StepBuffers(manifest.geometry, regions, self.band.m,
-                                   [(x.layers, programs[x.program].grid) for x in spec.launches],
+        clock_shape = ((max(p.grid for p in clocked), dict(clocked[0].constexprs)["CLOCK_SLOTS"]) if clocked
+                       else (0, 0))
+        self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
                                    deployment["max_context"], device, rope=rope, hang_slots=slots,
-                                   clock_slots=clock_slots)
+                                   clock_shape=clock_shape)
         self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
         m, rows = self.band.m, self.band.rows
         i32 = dict(dtype=torch.int32, device=device)
@@ -181,13 +181,11 @@ class DecodeStep:
 
     def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, StepSpec]:
         """A profiling build's clocks (``--stage-clock``) of the last step run in the band serving
-        rows × tokens: [layer launches, CTAs, slots] int64 on the device (a copy; a block per
-        entry of ``StepSpec.layer_launches``, so a layer loop's launch has one per layer), and the
-        band's step."""
+        rows × tokens: [launches, CTAs, slots] int64 on the device, and the band's launches."""
         band = self.band_for(rows, tokens)
         if band.buffers.stage_clock.numel() == 0:
             raise StepInputError(f"{self.package.path}: not a profiling build (compile with --stage-clock)")
-        return band.buffers.clock_rows(), band.spec
+        return band.buffers.stage_clock, band.spec
 
     @property
     def logits(self) -> torch.Tensor:

@@ -46,15 +46,3 @@ def compile_tiny(root: Path, *options: str) -> tuple[Path, Path]:
     target = options[options.index("--target") + 1] if "--target" in options else "sm_90"
     name = "tiny" + ("-debug" if "--debug-wait-spins" in options else "") + ("-clock" if "--stage-clock" in options else "")
     return recipe, root / "out" / name / target
-
-
-def fused_schedule(root: Path) -> Path:
-    """The shipped sm_90 table with every persistent layer program a layer loop (``fuse_layers``),
-    o's 256 columns of the tiny geometries in two chunks (a layer loop needs two: compiler/plan.py)."""
-    import yaml
-
-    table = yaml.safe_load((REPO / "schedules" / "sm_90.yaml").read_text())
-    table["defaults"] |= {"fuse_layers": 1, "block_k": 128}
-    path = root / "sm_90.yaml"
-    path.write_text(yaml.safe_dump(table))
-    return path

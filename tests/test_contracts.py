@@ -20,41 +20,20 @@ LAYER = "layer.r1t1.persistent"
 
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory):
-    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950, its
-    sm_90 debug build (waits that give up and log), and its sm_90 build with every layer in one
-    launch (``fuse_layers``: a layer loop, its body a called function), which must keep every
-    contract too."""
-    from .conftest import compile_tiny, fused_schedule
+    """The tiny Llama recipe (4 SMs, bands 1 and 2, both modes) compiled for sm_90 and gfx950, and
+    its sm_90 debug build (waits that give up and log), which must keep every contract too."""
+    from .conftest import compile_tiny
 
     root = tmp_path_factory.mktemp("contracts")
-    (root / "fused").mkdir()
-    fused = fused_schedule(root / "fused")
     return {"sm_90": compile_tiny(root)[1], "gfx950": compile_tiny(root, "--target", "gfx950")[1],
-            "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1],
-            "sm_90-fused": compile_tiny(root / "fused", "--schedule", str(fused))[1]}
+            "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1]}
 
 
-@pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug", "sm_90-fused"])
+@pytest.mark.parametrize("target", ["sm_90", "gfx950", "sm_90-debug"])
 def test_unmutated_packages_pass(packages, target):
     report = check_package(packages[target])
     assert report.programs > 10
     assert report.ok, "\n".join(v.line() for v in report.violations)
-
-
-def test_the_fused_package_runs_its_layers_in_one_launch_through_a_call(packages):
-    """What the fused build's checks must see through: one layer launch a step, a loop edge, and
-    the stages' signals and waits inside the called function, traced back to ``counters``."""
-    doc = _manifest(packages["sm_90-fused"])
-    layer = _program(doc)
-    assert layer["layers"] == 2 and "layer_offsets" in [a["name"] for a in layer["args"]]
-    stages = [s["name"] for s in layer["stages"]]
-    assert (layer["syncs"][-1]["producer"], layer["syncs"][-1]["consumer"]) == (stages[-1], stages[0])
-    step = next(s for s in doc["steps"] if s["mode"] == "persistent" and s["band"]["rows"] == 1)
-    assert [(x["layer"], x["layers"]) for x in step["launches"] if x["program"] == LAYER] == [(0, 2)]
-    ptx = parse_ptx(_ir(packages["sm_90-fused"], "ptx").read_text())
-    names = [a["name"] for a in layer["args"]]
-    signals = [i for i in ptx.instrs if i.base == "atom" and _from(ptx, i, names, "counters") and i.has("release")]
-    assert len(ptx.functions) == 2 and len(signals) == len(layer["syncs"]) and {i.function for i in signals} == {1}
 
 
 # -- mutations ---------------------------------------------------------------------------------
@@ -206,20 +185,6 @@ def undeclared_same_stage_read(pkg):
     _edit_manifest(pkg, lambda d: _region(d, "k_cache").__setitem__("same_stage", None))
 
 
-def no_loop_edge(pkg):
-    """The layer loop without its loop edge: the next layer reads the hidden state down wrote."""
-    _edit_manifest(pkg, lambda d: _program(d)["syncs"].pop())
-
-
-def loop_edge_signal_dropped(pkg):
-    """The loop edge's signal (the last release add in the code, after down) deleted."""
-    path = _ir(pkg, "ptx")
-    ptx = parse_ptx(path.read_text())
-    names = [a["name"] for a in _program(_manifest(pkg))["args"]]
-    last = [i for i in ptx.instrs if i.base == "atom" and _from(ptx, i, names, "counters") and i.has("release")][-1]
-    _edit_lines(path, lambda lines: [*lines[:last.line - 1], "", *lines[last.line:]])
-
-
 def amd_dead_row_stores(pkg):
     """The branch that skips a dead row's KV append taken unconditionally (`br i1 true`)."""
     from monobuild.compiler.contracts.amd import LlvmFunction
@@ -257,27 +222,13 @@ DEFECTS = [
     ("sm_90", pdl_without_wait, "C2", "ptx"),
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
-    # every defect of a program with a launch a layer is caught in the layer loop's too, through its call
-    *[("sm_90-fused", plant, contract, where) for target, plant, contract, where in [
-        ("sm_90", dropped_release, "I1", "ptx line"),
-        ("sm_90", relaxed_wait, "I2", "ptx line"),
-        ("sm_90", missing_cta_barrier, "I1", "ptx line"),
-        ("sm_90", dead_row_stores, "C4", "ptx line"),
-        ("sm_90", nc_load_of_scratch, "I3", "ptx line"),
-        ("sm_90", extra_wait_site, "I4", "ptx"),
-        ("sm_90", read_before_sync, "C1", "region x1"),
-        ("sm_90", pdl_without_wait, "C2", "ptx"),
-        ("sm_90", epochs_wrap, "C5", "counters")]],
-    ("sm_90-fused", no_loop_edge, "C1", "region x_in"),
-    ("sm_90-fused", loop_edge_signal_dropped, "I4", "ptx"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),
     ("gfx950", amd_dead_row_stores, "C4", "llir block"),
     ("gfx950", amd_relaxed_wait, "I2", "llir block"),
 ]
 
 
-@pytest.mark.parametrize("target,plant,contract,where", DEFECTS,
-                         ids=[d[1].__name__ + ("-fused" if d[0] == "sm_90-fused" else "") for d in DEFECTS])
+@pytest.mark.parametrize("target,plant,contract,where", DEFECTS, ids=[d[1].__name__ for d in DEFECTS])
 def test_each_planted_defect_is_caught(packages, tmp_path, target, plant, contract, where):
     pkg = tmp_path / "pkg"
     shutil.copytree(packages[target], pkg)

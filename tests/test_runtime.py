@@ -40,15 +40,6 @@ def tiny_package(tmp_path_factory):
     return compile_tiny(tmp_path_factory.mktemp("rt"))
 
 
-@pytest.fixture(scope="module")
-def fused_package(tmp_path_factory):
-    """The same recipe with every persistent layer program a layer loop (``fuse_layers``)."""
-    from .conftest import compile_tiny, fused_schedule
-
-    root = tmp_path_factory.mktemp("rt-fused")
-    return compile_tiny(root, "--schedule", str(fused_schedule(root)))
-
-
 @pytest.fixture
 def geometry(tiny_package):
     return read_manifest(tiny_package[1]).geometry
@@ -228,53 +219,6 @@ def test_kv_caches_that_do_not_fit_are_named(geometry):
         as_kv_cache("cache", geometry, 16, torch.bfloat16, "cpu")
 
 
-def test_a_layer_loops_offset_table_shifts_layer_0s_tensors_to_each_layers(geometry):
-    """Each entry is the element distance from layer 0's tensor to layer l's, in the manifest
-    format's columns (0 for a tensor the geometry has none of); tensors of other dtypes or at an
-    odd distance are refused, naming the layer and the tensor."""
-    from monobuild.runtime.layer_table import layer_offsets
-    from monobuild.runtime.manifest import LAYER_OFFSET_COLUMNS
-
-    gen = torch.Generator().manual_seed(3)
-    weights = pack_hf_state_dict(random_hf_state_dict(geometry, torch.bfloat16, gen), geometry, torch.bfloat16)
-    cache = allocate_kv_cache(geometry, 16, torch.bfloat16, 4, "cpu")
-    table = layer_offsets(weights, cache.k, cache.v)
-    assert table.shape == (geometry["layers"], len(LAYER_OFFSET_COLUMNS)) and table.dtype == torch.int64
-    for layer in range(geometry["layers"]):
-        for col, name in enumerate(LAYER_OFFSET_COLUMNS):
-            tensors = {"k_cache": cache.k, "v_cache": cache.v}.get(name) or [getattr(w, name) for w in weights.layers]
-            if tensors[0] is None:  # Llama: no q/k/v bias, no q/k norms
-                assert table[layer, col] == 0
-                continue
-            elem = tensors[0].element_size()
-            assert tensors[0].data_ptr() + int(table[layer, col]) * elem == tensors[layer].data_ptr(), (layer, name)
-    assert not table[0].any()
-    odd = torch.zeros(cache.k[1].numel() + 8, dtype=torch.bfloat16)[1:1 + cache.k[1].numel()].view(cache.k[1].shape)
-    with pytest.raises(ValueError, match=r"layer 1 k_cache: -?\d+ bytes from layer 0's, not a multiple of 16"):
-        layer_offsets(weights, (cache.k[0], odd), cache.v)
-    with pytest.raises(ValueError, match="layer 1 v_cache: torch.float32, layer 0's is torch.bfloat16"):
-        layer_offsets(weights, cache.k, (cache.v[0], cache.v[1].float()))
-
-
-def test_a_layer_loops_launch_has_a_clock_block_per_layer():
-    """A profiling build's clock: each launch's [layers, grid, slots] block where the program
-    writes it, read back as one block per layer (up to the widest grid)."""
-    from monobuild.runtime.buffers import StepBuffers
-
-    geometry = {"hidden": 8, "vocab": 16, "layers": 3, "head_dim": 4, "rope_theta": 1e4, "rope_scaling": None}
-    buffers = StepBuffers(geometry, [], 1, [(1, 2), (3, 4), (1, 5)], 8, clock_slots=3,
-                          rope=torch.zeros(1))
-    assert buffers.stage_clock.numel() == (1 * 2 + 3 * 4 + 1 * 5) * 3
-    for launch, (layers, grid) in enumerate([(1, 2), (3, 4), (1, 5)]):
-        start = buffers._one("stage_clock", launch, None, "layer", None, (), (), None)
-        start[: layers * grid * 3].copy_(torch.arange(layers * grid * 3) + 1000 * launch)
-    rows = buffers.clock_rows()
-    assert rows.shape == (5, 5, 3)
-    assert rows[0, :2].flatten().tolist() == list(range(6)) and not rows[0, 2:].any()
-    assert rows[3, 3].tolist() == [1000 + 2 * 12 + 9 + k for k in range(3)]  # launch 1, layer 2, CTA 3
-    assert rows[4, 4].tolist() == [2012, 2013, 2014]
-
-
 def test_param_blocks_hold_each_argument_then_two_null_pointers():
     block = ParamBlock(["*bf16", "i32", "*i64"], [0x7F0000001000, -5, 0x7F0000002000])
     assert len(block) == 5
@@ -288,10 +232,9 @@ def test_param_blocks_hold_each_argument_then_two_null_pointers():
         ParamBlock(["*bf16", "i32"], [1])
 
 
-@pytest.mark.parametrize("fused", [False, True], ids=["a launch a layer", "layer loop"])
 @pytest.mark.parametrize("context", [1, 1024, 200])
-def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, fused_package, context, fused):
-    recipe, package = fused_package if fused else tiny_package
+def test_roofline_bytes_from_the_manifest_equal_the_plans(tiny_package, context):
+    recipe, package = tiny_package
     plan, manifest = plan_recipe(load_recipe(recipe)), read_manifest(package)
     for band in load_recipe(recipe).deployment.bands:
         spec = next(s.band for s in manifest.steps if (s.band.rows, s.band.tokens) == (band.rows, band.tokens))
@@ -329,22 +272,6 @@ def test_the_floor_moves_the_rooflines_bytes_through_the_steps_launches(tiny_pac
         floor_launches(manifest, manifest.steps[0].band, context, "fused")
 
 
-def test_a_layer_loops_floor_runs_every_layers_stages_in_its_one_launch(tiny_package, fused_package):
-    """The floor of a step whose layers run in one launch: that launch's stages once a layer, the
-    bytes of a launch a layer's floor; its one-launch variant is the same stages with the head's."""
-    from monobuild.bench.floor import floor_launches
-
-    plain, fused = read_manifest(tiny_package[1]), read_manifest(fused_package[1])
-    for step in (s for s in fused.steps if s.mode == "persistent"):
-        per_layer = floor_launches(fused, step.band, 200, "per_layer")
-        layer = fused.program(step.launches[1].program)
-        assert len(per_layer) == 3 and len(per_layer[1].stage_chunks) == len(layer.stages) * layer.layers
-        assert sum(x.nbytes for x in per_layer) == sum(x.nbytes for x in floor_launches(plain, step.band, 200,
-                                                                                          "per_layer"))
-        one = floor_launches(fused, step.band, 200, "one_launch")
-        assert one[1].stage_chunks == per_layer[1].stage_chunks + per_layer[2].stage_chunks
-
-
 def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
     """The hang log's records map back to program, layer, sync edge and epoch; the log and the
     counters are reset so the next step starts consistent."""
@@ -370,28 +297,6 @@ def test_a_debug_builds_wait_timeouts_are_named_and_reset(tiny_package):
     assert "… and 3 more (the log keeps 2)" in text
     assert [r.cta for r in raised.value.records] == [3, 6]
     assert not log.any() and not counters.any()
-
-
-def test_a_layer_loops_wait_timeouts_name_the_layer_whose_counter_it_is(fused_package):
-    """A layer loop's launch has a block of counters for each layer: a record names the layer
-    whose edge it waited on (the loop edge: the layer before the one waiting)."""
-    from monobuild.runtime import WaitTimeout
-    from monobuild.runtime.hangs import check_hang_log
-
-    manifest = read_manifest(fused_package[1])
-    spec = next(s for s in manifest.steps if s.mode == "persistent" and s.band.rows == 1)
-    rows = spec.layer_launches()
-    assert len(rows) == 4 and [x.layer for x in rows] == [None, 0, 1, None]
-    program = manifest.program(rows[1].program)
-    loop = program.syncs[-1].counter
-    counters = torch.zeros((len(rows), 8), dtype=torch.int64)
-    # layer 1's block: its qkv → attn edge, and the loop edge of layer 0's (which layer 1 waits on)
-    at = [counters.data_ptr() + (2 * 8 + 1) * 8, counters.data_ptr() + (1 * 8 + loop) * 8]
-    log = torch.tensor([2, 0, at[0], 12, 3, 2, at[1], 12, 4], dtype=torch.int64)
-    with pytest.raises(WaitTimeout) as raised:
-        check_hang_log(log, counters, manifest, spec)
-    assert [(r.layer, r.counter, r.edge) for r in raised.value.records] == [
-        (1, 1, "qkv→attn"), (0, loop, f"down→{program.stages[0].name}")]
 
 
 def test_the_bench_table_states_each_band_against_the_one_row_step_of_the_same_run():

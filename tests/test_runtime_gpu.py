@@ -31,7 +31,6 @@ if not PACKAGES or not (Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90" / "manif
 
 from monobuild import runtime  # noqa: E402
 from monobuild.bench.cases import poison_past_context, random_case, random_kv_cache, random_state_dict  # noqa: E402
-from monobuild.bench.clock import layer_rows  # noqa: E402
 from monobuild.runtime.buffers import StepInputs  # noqa: E402
 from monobuild.runtime.reference import reference_step  # noqa: E402
 
@@ -246,7 +245,7 @@ def test_a_clock_build_computes_the_same_step_and_clocks_every_stage(llama):
     clock = clock.cpu()
     programs = {p.name: p for p in clocked.manifest.programs}
     sms = torch.cuda.get_device_properties(clocked.device).multi_processor_count
-    for n, (launch, _, _) in enumerate(layer_rows(spec.launches)):  # a block a layer a launch runs
+    for n, launch in enumerate(spec.launches):
         p = programs[launch.program]
         if p.kind == "embed":
             continue

@@ -4,7 +4,7 @@ contracts still hold, and the host-side decoding turns known clocks into the rig
 import torch
 from click.testing import CliRunner
 
-from monobuild.bench.clock import layer_rows, placement, stage_rows
+from monobuild.bench.clock import placement, stage_rows
 from monobuild.cli.main import main
 from monobuild.runtime.manifest import read_manifest
 
@@ -73,29 +73,3 @@ def test_stage_rows_reads_spans_work_and_waits(tmp_path):
     last_stage = len(layer.stages) - 1
     assert abs(opening.gap_us - (opening.launches - 1) * (1_000 - 10 * last_stage - span)) < 1e-6
     assert placement(clock, 1, layer.grid) == {layer.grid // 4: 4}
-
-
-def test_stage_rows_read_a_layer_loop_a_block_a_layer(tmp_path):
-    """A layer loop's launch has a clock block per layer: its stages count once a layer, and each
-    layer's first stage after the first waits on the previous layer's last (the loop edge)."""
-    from .conftest import fused_schedule
-
-    _, clocked = compile_tiny(tmp_path, "--stage-clock", "--schedule", str(fused_schedule(tmp_path)))
-    manifest = read_manifest(clocked)
-    programs = {p.name: p for p in manifest.programs}
-    spec = next(s for s in manifest.steps if s.mode == "persistent" and s.band.rows == 1)
-    blocks = layer_rows(spec.launches)
-    layer = next(programs[x.program] for x in spec.launches if x.layers > 1)
-    assert [(x.program, k, more) for x, k, more in blocks if x.program == layer.name] == \
-        [(layer.name, k, k > 0) for k in range(layer.layers)]
-    clock = torch.zeros(len(blocks), layer.grid, dict(layer.constexprs)["CLOCK_SLOTS"], dtype=torch.int64)
-    for i, (x, _, _) in enumerate(blocks):
-        if x.program != layer.name:
-            continue
-        for k, _ in enumerate(layer.stages):
-            clock[i, :, 1 + 2 * k] = 10_000 * (len(layer.stages) * i + k)
-            clock[i, :, 2 + 2 * k] = 10_000 * (len(layer.stages) * i + k) + 4_000
-    rows = {(r.program, r.stage): r for r in stage_rows(clock, programs, spec.launches)}
-    first = rows[(layer.name, layer.stages[0].name)]
-    assert first.launches == layer.layers and rows[(layer.name, "attn")].launches == layer.layers
-    assert first.wait_median_us == 6.0  # only layer 1's first stage has a wait before it: 10 µs − 4 µs

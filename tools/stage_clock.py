@@ -10,8 +10,7 @@ the span (first CTA's start to last CTA's end, summed), the work per CTA and the
 (medians over launches of the median and the max over CTAs), the gap before it in which no CTA
 was inside a stage (summed), and how the first layer launch's CTAs were spread over the SMs
 (bench/clock.py says what each column means). ``--save`` keeps the raw clocks (the
-[layer launches, CTAs, slots] tensor and each block's program and layer) for analysis off the
-device.
+[launches, CTAs, slots] tensor and each launch's program) for analysis off the device.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import torch
 
 from monobuild import runtime
 from monobuild.bench.cases import random_band_step
-from monobuild.bench.clock import layer_rows, placement, rows_text, stage_rows
+from monobuild.bench.clock import placement, rows_text, stage_rows
 
 
 def main() -> None:
@@ -49,13 +48,12 @@ def main() -> None:
     gaps = sum(r.gap_us for r in rows if r.gap_us is not None) / 1e3
     print(f"between stages (no CTA inside one): {gaps:.3f} ms; in stages (spans): "
           f"{sum(r.span_us for r in rows) / 1e3:.3f} ms")
-    blocks = layer_rows(spec.launches)
     if args.save:
-        torch.save({"clock": clock, "launches": [(launch.program, layer) for launch, layer, _ in blocks],
+        torch.save({"clock": clock, "launches": [launch.program for launch in spec.launches],
                     "package": args.package, "band": args.band, "context": args.context, "mode": args.mode},
                    args.save)
-    first_layer = next(n for n, (launch, _, _) in enumerate(blocks) if programs[launch.program].kind == "layer")
-    grid = programs[blocks[first_layer][0].program].grid
+    first_layer = next(n for n, launch in enumerate(spec.launches) if programs[launch.program].kind == "layer")
+    grid = programs[spec.launches[first_layer].program].grid
     print(f"CTAs per SM in the first layer launch ({grid} CTAs): "
           + ", ".join(f"{n} SMs ran {c}" for c, n in placement(clock, first_layer, grid).items()))
 

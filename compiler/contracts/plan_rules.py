@@ -1,13 +1,9 @@
 """The plan contracts C1–C5, read off a package's manifest (stages, regions, sync edges, resources).
 
-Each sync edge is total: every CTA of the grid signals it once per step (a layer loop's layers
-each on counters of their own) after finishing the producer stage, and every CTA waits for all of those signals
-before the consumer stage. So a region written in stage w and read in a later stage r is
-ordered exactly when an edge joins each consecutive pair of stages from w to r (release/acquire
-chains are cumulative). A layer loop (``layers`` > 1) runs the stages again for the next layer:
-its loop edge joins the last stage to the first, what a layer writes for the next (a carried
-region) is ordered across it, and every region a layer rewrites must be ordered after the
-previous layer's reads of it, across it too.
+Each sync edge is total: every CTA of the grid signals it once per step after finishing the
+producer stage, and every CTA waits for all of those signals before the consumer stage. So a
+region written in stage w and read in a later stage r is ordered exactly when an edge joins each
+consecutive pair of stages from w to r (release/acquire chains are cumulative).
 """
 
 from __future__ import annotations
@@ -49,18 +45,10 @@ def unguarded_kv_store(p: ProgramSpec, where: str, what: str) -> Violation:
 
 
 def _chain_gaps(p: ProgramSpec, first: int, last: int) -> list[tuple[str, str]]:
-    """Consecutive stage pairs between stage indexes first and last that no sync edge joins; with
-    last ≤ first, around a layer loop: first to the last stage, the loop edge, the first stage to
-    last."""
+    """Consecutive stage pairs between stage indexes first and last that no sync edge joins."""
     names = [s.name for s in p.stages]
     joined = {(e.producer, e.consumer) for e in p.syncs}
-    pairs = [(k, k + 1) for k in range(first, last)] if first < last else \
-        [(k, k + 1) for k in range(first, len(names) - 1)] + [(len(names) - 1, 0)] + [(k, k + 1) for k in range(last)]
-    return [(names[a], names[b]) for a, b in pairs if (names[a], names[b]) not in joined]
-
-
-def _looped(p: ProgramSpec) -> bool:
-    return p.layers > 1
+    return [(names[k], names[k + 1]) for k in range(first, last) if (names[k], names[k + 1]) not in joined]
 
 
 def happens_before(p: ProgramSpec) -> list[Violation]:
@@ -80,13 +68,6 @@ def happens_before(p: ProgramSpec) -> list[Violation]:
             if reader not in order:
                 continue
             i = order[reader]
-            if r.carried and _looped(p):  # read by the next layer: around the loop
-                for a, b in _chain_gaps(p, w, i):
-                    out.append(Violation(p.name, f"region {r.name}", "C1",
-                                         f"written by {r.writer} for the next layer's {reader}, but no sync edge "
-                                         f"orders {a} before {b}: the next layer may read it before every CTA has "
-                                         "written it"))
-                continue
             if i == w and not r.same_stage:
                 out.append(Violation(p.name, f"region {r.name}", "C1",
                                      f"stage {reader} reads what other CTAs of the same stage write, with no sync "
@@ -113,14 +94,12 @@ def no_overwrite_in_flight(p: ProgramSpec) -> list[Violation]:
         w = order[r.writer]
         for reader in r.readers:
             i = order.get(reader)
-            if i is None or (i >= w and not _looped(p)) or (i == w and r.same_stage):
-                continue  # a same-stage region's reason covers its CTAs' own order, layer after layer
-            # i < w: rewritten later in the same layer; otherwise by the next layer, around the loop
-            who = f"stage {r.writer}" if i < w else f"the next layer's {r.writer}"
+            if i is None or i >= w:
+                continue
             for a, b in _chain_gaps(p, i, w):
                 out.append(Violation(p.name, f"region {r.name}", "C2",
-                                     f"{who} rewrites it while stage {reader} of a slower CTA may still read the "
-                                     f"previous contents: no sync edge orders {a} before {b}"))
+                                     f"stage {r.writer} rewrites it while stage {reader} of a slower CTA may still "
+                                     f"read the previous contents: no sync edge orders {a} before {b}"))
     if p.launch_pdl and dict(p.constexprs).get("PDL") is not True:
         out.append(Violation(p.name, "launch", "C2",
                              "launched with programmatic dependent launch, so it overlaps the previous launch, but "
@@ -176,7 +155,7 @@ def epochs(p: ProgramSpec, manifest: Manifest) -> list[Violation]:
     types = {a.name: a.type for a in p.args}
     limit = INT64_MAX if types.get("counters") == "*i64" else INT32_MAX
     steps = manifest.deployment.get("lifetime_steps", 0)
-    most = max(e.signals_per_epoch for e in p.syncs)  # a layer loop's layers each have their own counters
+    most = max(e.signals_per_epoch for e in p.syncs)
     if (steps + 1) * most > limit:
         return [Violation(p.name, "counters", "C5",
                           f"{types.get('counters', '?')} counters reach {(steps + 1) * most} (lifetime {steps} steps "

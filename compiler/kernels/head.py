@@ -59,9 +59,8 @@ def head_kernel(
     r = tl.arange(0, ROWS_P)
     target = 0
     if NORM_STAGE:
-        target = leading_norm_stage(pid, x_in, X_PARTS, final_norm, x_hat, counters, stage_clock, counters, 0, 0,
-                                    hang_log, M, H, H_P, EPS, G, FIRST <= 0 and LAST >= 0, PERSISTENT, PDL, False,
-                                    WAIT_SPINS, HANG_SLOTS, CLOCK, CLOCK_SLOTS)
+        target = leading_norm_stage(pid, x_in, X_PARTS, final_norm, x_hat, counters, stage_clock, M, H, H_P, EPS, G,
+                                    FIRST <= 0 and LAST >= 0, PERSISTENT, PDL, CLOCK, CLOCK_SLOTS)
     if FIRST <= N_LOGITS and LAST >= N_LOGITS:
         gemv_stage(pid, x_hat if NORM_STAGE else x_in, 1 if NORM_STAGE else X_PARTS, final_norm, x_hat, w_head,
                    logits, final_norm, x_in, 1, counters, target, hang_log, stage_clock, 1 + 2 * N_LOGITS,

@@ -26,7 +26,6 @@ weight chunk before each wait, so the wait hides under that load.
 import triton
 import triton.language as tl
 
-from ...runtime.manifest import COUNTERS_PER_LAYER, LAYER_OFFSET_COLUMNS
 from .common import (
     clock_end,
     clock_start,
@@ -439,56 +438,32 @@ def norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.con
 
 
 @triton.jit
-def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, counters, stage_clock, wait_ptr,
-                       wait_target, target, hang_log, M: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr,
-                       EPS: tl.constexpr, G: tl.constexpr, RUN: tl.constexpr, PERSISTENT: tl.constexpr,
-                       PDL: tl.constexpr, LOOPED: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
-                       CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr):
+def leading_norm_stage(pid, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, counters, stage_clock,
+                       M: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, EPS: tl.constexpr, G: tl.constexpr,
+                       RUN: tl.constexpr, PERSISTENT: tl.constexpr, PDL: tl.constexpr, CLOCK: tl.constexpr,
+                       CLOCK_SLOTS: tl.constexpr):
     """A program's first stage when it is a norm stage (the layer's norm_qkv, the head's norm):
-    ``norm_stage`` after the wait for what wrote x — the previous launch (PDL), or in a layer loop
-    (LOOPED) the previous layer's down, on the loop edge at ``wait_ptr`` for ``wait_target`` —
-    clocked as stage 0 and, in persistent mode, signalled on edge 0. Returns the sync target of
-    the stages after it: in a layer loop the one given, else the step's, read before this first
-    signal (0 outside persistent mode)."""
+    ``norm_stage`` after the PDL wait for the previous launch (nothing it wrote is read before
+    that launch has finished), clocked as stage 0 and, in persistent mode, signalled on edge 0.
+    Returns the step's sync target (0 outside persistent mode), read before that first signal."""
+    target = 0
     if RUN:
-        if LOOPED:
-            wait(wait_ptr, wait_target, hang_log, WAIT_SPINS, HANG_SLOTS)
-        elif PDL:
+        if PDL:
             tl.extra.cuda.gdc_wait()
         clock_start(stage_clock, 1, CLOCK, CLOCK_SLOTS)
         norm_stage(pid, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, M, K, K_P, EPS, G)
         clock_end(stage_clock, 2, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
-        if not LOOPED:
-            target = (step_epoch(counters, G) + 1) * G
+        target = (step_epoch(counters, G) + 1) * G
         signal(counters)
     return target
-
-
-# The layer loop's table (``layer_offsets``, written by the runtime at bind): for each layer, the
-# element offset of each of its tensors from layer 0's, in the manifest format's column order.
-_COLUMNS = tl.constexpr(len(LAYER_OFFSET_COLUMNS))
-_COUNTERS = tl.constexpr(COUNTERS_PER_LAYER)  # a layer's block of sync counters
-_ATTN_NORM, _W_QKV, _B_QKV, _Q_NORM, _K_NORM, _W_O, _MLP_NORM, _W_GATE_UP, _W_DOWN, _K_CACHE, _V_CACHE = (
-    tl.constexpr(LAYER_OFFSET_COLUMNS.index(name)) for name in (
-        "attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down", "k_cache",
-        "v_cache"))
-
-
-@triton.jit
-def _shifted(base, row, COL: tl.constexpr):
-    """A layer's tensor, ``base + row[COL]``: an element offset from layer 0's, a multiple of 16
-    bytes since every tensor is 16-byte aligned (said to the compiler, so that its loads stay
-    16-byte vectors)."""
-    VEC: tl.constexpr = 128 // base.dtype.element_ty.primitive_bitwidth
-    return base + tl.multiple_of(tl.load(row + COL), VEC)
 
 
 @triton.jit
 def layer_kernel(
     x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
     k_cache, v_cache, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock, layer_offsets,
+    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock,
     H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, INTER: tl.constexpr,
     ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr, TP: tl.constexpr,
     EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
@@ -498,10 +473,9 @@ def layer_kernel(
     DOWN_SPLIT: tl.constexpr, G: tl.constexpr,
     FIRST: tl.constexpr, LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
     NORM_ROWS: tl.constexpr, NORM_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr,
-    CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr, LAYERS: tl.constexpr,
+    CLOCK: tl.constexpr, CLOCK_SLOTS: tl.constexpr,
 ):
-    """Decoder layers: stages FIRST..LAST of one layer (see the module docstring), or, in a
-    persistent program with LAYERS > 1, every layer of the step in one launch.
+    """One decoder layer: stages FIRST..LAST (see the module docstring).
 
     qkv, o and down may be split over K (QKV_SPLIT, O_SPLIT, DOWN_SPLIT): qkv is then stored as
     QKV_SPLIT partials, x1 as O_SPLIT partials, and x_in and x_out — the hidden state between
@@ -511,105 +485,6 @@ def layer_kernel(
     which then stream the one shared x̂ instead of each CTA staging its own: the stages are then
     0 norm_qkv, 1 qkv, 2 attn, 3 combine, 4 o, 5 norm_up, 6 up, 7 down. Stage k's sync edge is
     counter k (signalled after it, waited on before stage k + 1); its clock slots 1 + 2k, 2 + 2k.
-
-    The layer loop (LAYERS > 1): the arguments are layer 0's, and ``layer_offsets`` ([LAYERS,
-    len(LAYER_OFFSET_COLUMNS)] int64) shifts them to layer l's. The hidden state ping-pongs: layer l
-    reads x_in and writes x_out when l is even, the other way round when it is odd. Layer l's sync
-    edges are the l-th block of COUNTERS_PER_LAYER counters, each taking G signals a step as in a
-    launch a layer (so the epoch, read once before the loop, gives every layer its targets), and
-    the launch boundary between layers becomes the loop edge, counter LAST of a block: every CTA
-    signals it after its down, and the next layer's first stage waits for all of them (layer 0's
-    wait, on the last layer's block, is for the last step's signals, long there). A profiling
-    build clocks layer l in rows l · G + CTA of ``stage_clock``.
-    """
-    if LAYERS == 1:
-        _decoder_layer(
-            x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down, k_cache,
-            v_cache, layer_offsets, block_tables, bt_stride, context_lens, positions, rope, qkv, part_acc, part_ml,
-            attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock, 0, 0, H, H_P, NQ, NKV, D, INTER,
-            ROWS, TOKENS, ROWS_P, QP, TP, EPS, QK_NORM, QKV_BIAS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB,
-            SPLITS, SP, BN, BK, QKV_SPLIT, O_SPLIT, DOWN_SPLIT, G, FIRST, LAST, PDL, DOT_IEEE, W_STAGES, NORM_ROWS,
-            NORM_STAGES, WAIT_SPINS, HANG_SLOTS, CLOCK, CLOCK_SLOTS, 1, False)
-    else:
-        if PDL:  # nothing the embedding wrote is read, and nothing is written, before it has finished
-            tl.extra.cuda.gdc_wait()
-        epoch = step_epoch(counters, G)
-        for layer in range(LAYERS):
-            clock = stage_clock  # None outside a profiling build
-            if CLOCK:
-                clock = stage_clock + layer * G * CLOCK_SLOTS
-            _looped_layer(
-                x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down, k_cache,
-                v_cache, layer_offsets, block_tables, bt_stride, context_lens, positions, rope, qkv, part_acc, part_ml,
-                attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, clock, epoch, layer, H,
-                H_P, NQ, NKV, D, INTER, ROWS, TOKENS, ROWS_P, QP, TP, EPS, QK_NORM, QKV_BIAS, BS, KT, LONG_KT,
-                KV_STAGES, LONG_KV_STAGES, KV_SUB, SPLITS, SP, BN, BK, QKV_SPLIT, O_SPLIT, DOWN_SPLIT, G, FIRST, LAST,
-                PDL, DOT_IEEE, W_STAGES, NORM_ROWS, NORM_STAGES, WAIT_SPINS, HANG_SLOTS, CLOCK, CLOCK_SLOTS, LAYERS,
-                True)
-
-
-@triton.jit(noinline=True)
-def _looped_layer(
-    x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
-    k_cache, v_cache, layer_offsets, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock, epoch,
-    layer, H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
-    INTER: tl.constexpr, ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr,
-    TP: tl.constexpr, EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
-    KT: tl.constexpr, LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr,
-    KV_SUB: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr, FIRST: tl.constexpr,
-    LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr,
-    NORM_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
-    CLOCK_SLOTS: tl.constexpr, LAYERS: tl.constexpr, LOOPED: tl.constexpr,
-):
-    """One iteration of the layer loop, a function of its own (called, not inlined). Inlined, the
-    body's addresses that do not change from layer to layer (shared-memory offsets, scratch
-    addresses) are hoisted out of the loop by the compiler and held across the whole body,
-    attention included, and spills (Llama-3.2-1B's 1-row program: 512 B a thread, Triton 3.6.0); a
-    function computes them where a layer a launch does, and compiles to as many registers."""
-    _decoder_layer(
-        x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down, k_cache, v_cache,
-        layer_offsets, block_tables, bt_stride, context_lens, positions, rope, qkv, part_acc, part_ml, attn_out, x1, h,
-        x_hat_qkv, x_hat_up, counters, hang_log, stage_clock, epoch, layer, H, H_P, NQ, NKV, D, INTER, ROWS, TOKENS,
-        ROWS_P, QP, TP, EPS, QK_NORM, QKV_BIAS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB, SPLITS, SP, BN, BK,
-        QKV_SPLIT, O_SPLIT, DOWN_SPLIT, G, FIRST, LAST, PDL, DOT_IEEE, W_STAGES, NORM_ROWS, NORM_STAGES, WAIT_SPINS,
-        HANG_SLOTS, CLOCK, CLOCK_SLOTS, LAYERS, LOOPED)
-
-
-@triton.jit
-def _hidden(x_a, x_b, odd, LOOPED: tl.constexpr):
-    """The hidden-state buffer a layer reads (x_a = x_in, x_b = x_out) or writes (the other way
-    round): in the layer loop they swap every layer, so odd layers take x_b."""
-    if LOOPED:
-        return tl.where(odd, x_b, x_a)
-    else:
-        return x_a
-
-
-@triton.jit
-def _decoder_layer(
-    x_in, x_out, attn_norm, w_qkv, b_qkv, q_norm, k_norm, w_o, mlp_norm, w_gate_up, w_down,
-    k_cache, v_cache, layer_offsets, block_tables, bt_stride, context_lens, positions, rope,
-    qkv, part_acc, part_ml, attn_out, x1, h, x_hat_qkv, x_hat_up, counters, hang_log, stage_clock, epoch,
-    layer, H: tl.constexpr, H_P: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
-    INTER: tl.constexpr, ROWS: tl.constexpr, TOKENS: tl.constexpr, ROWS_P: tl.constexpr, QP: tl.constexpr,
-    TP: tl.constexpr, EPS: tl.constexpr, QK_NORM: tl.constexpr, QKV_BIAS: tl.constexpr, BS: tl.constexpr,
-    KT: tl.constexpr, LONG_KT: tl.constexpr, KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr,
-    KV_SUB: tl.constexpr, SPLITS: tl.constexpr, SP: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-    QKV_SPLIT: tl.constexpr, O_SPLIT: tl.constexpr, DOWN_SPLIT: tl.constexpr, G: tl.constexpr, FIRST: tl.constexpr,
-    LAST: tl.constexpr, PDL: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr,
-    NORM_STAGES: tl.constexpr, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr, CLOCK: tl.constexpr,
-    CLOCK_SLOTS: tl.constexpr, LAYERS: tl.constexpr, LOOPED: tl.constexpr,
-):
-    """One decoder layer's stages FIRST..LAST (``layer_kernel``).
-
-    LOOPED: iteration ``layer`` of the layer loop, in the step's ``epoch``: its sync targets follow
-    from the two, its first stage waits on the loop edge, and its tensors are layer 0's shifted by
-    its row of the offset table, each as its stage starts, before the stage's wait (shifted at
-    the layer's start, they would all be live across attention, the stage that needs the most
-    registers). Otherwise the target is read from the counters after the first stage, and the
-    first stage waits for the previous launch (PDL).
     """
     M: tl.constexpr = ROWS * TOKENS
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
@@ -620,77 +495,49 @@ def _decoder_layer(
     N_O: tl.constexpr = N_QKV + 3
     N_UP: tl.constexpr = N_QKV + (5 if NORM_STAGES else 4)
     N_DOWN: tl.constexpr = N_UP + 1
-    # qkv waits for norm_qkv on the edge; without a norm stage, for what wrote x_in: the previous
-    # launch (PDL), or in the layer loop the previous layer's down on the loop edge (counter N_DOWN)
-    QKV_WAIT: tl.constexpr = (1 if PERSISTENT else 0) if NORM_STAGES or LOOPED else (2 if PDL else 0)
+    # qkv waits for norm_qkv on the edge, or without a norm stage for the previous launch (PDL)
+    QKV_WAIT: tl.constexpr = (1 if PERSISTENT else 0) if NORM_STAGES else (2 if PDL else 0)
     pid = tl.program_id(0)
-    odd = layer % 2 == 1
-    target = 0  # outside the loop: read from the counters after the first stage
-    offsets = layer_offsets  # outside the loop: none
-    loop_edge = counters + N_DOWN  # (unused outside the loop)
-    loop_target = target
-    if LOOPED:
-        # Layer l signals the l-th block of counters, G a step each; its first stage waits on the
-        # loop edge of the layer before (layer 0: of the last step's last layer, long there).
-        target = (epoch + 1) * G
-        offsets = layer_offsets + layer * _COLUMNS
-        loop_edge = counters + ((layer + LAYERS - 1) % LAYERS) * _COUNTERS + N_DOWN
-        loop_target = (epoch + (layer + LAYERS - 1) // LAYERS) * G  # this step's, but for layer 0
-        counters = counters + layer * _COUNTERS
-        attn_norm, w_qkv = _shifted(attn_norm, offsets, _ATTN_NORM), _shifted(w_qkv, offsets, _W_QKV)
-        if QKV_BIAS:
-            b_qkv = _shifted(b_qkv, offsets, _B_QKV)
-    x_src = _hidden(x_in, x_out, odd, LOOPED)
+    target = 0
     if NORM_STAGES:  # norm_qkv
-        target = leading_norm_stage(pid, x_src, DOWN_SPLIT, attn_norm, x_hat_qkv, counters, stage_clock, loop_edge,
-                                    loop_target, target, hang_log, M, H, H_P, EPS, G, FIRST <= 0 and LAST >= 0,
-                                    PERSISTENT, PDL, LOOPED, WAIT_SPINS, HANG_SLOTS, CLOCK, CLOCK_SLOTS)
-    # qkv waits on norm_qkv's edge for this layer's target, or on the loop edge
-    qkv_wait, qkv_target = (loop_edge, loop_target) if LOOPED and not NORM_STAGES else (counters + max(N_QKV - 1, 0),
-                                                                                        target)
+        target = leading_norm_stage(pid, x_in, DOWN_SPLIT, attn_norm, x_hat_qkv, counters, stage_clock, M, H, H_P, EPS,
+                                    G, FIRST <= 0 and LAST >= 0, PERSISTENT, PDL, CLOCK, CLOCK_SLOTS)
     if FIRST <= N_QKV and LAST >= N_QKV:
         # With PDL this launch may start while the previous layer drains (where its CTAs fit
         # beside the previous layer's): it reads nothing the previous layer wrote before
         # griddepcontrol.wait (with the register double-buffer, its first weight chunk is loaded
         # before it). After a norm stage, qkv streams its x̂ (x_in's norm stage did the PDL wait).
-        x_hat = x_hat_qkv
-        gemv_stage(pid, x_hat if NORM_STAGES else x_src, 1 if NORM_STAGES else DOWN_SPLIT, attn_norm, x_hat,
-                   w_qkv, qkv, b_qkv, x_src, DOWN_SPLIT, qkv_wait, qkv_target, hang_log,
-                   stage_clock, 1 + 2 * N_QKV, N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT,
-                   G=G, EPS=EPS, NORM=not NORM_STAGES, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
+        gemv_stage(pid, x_hat_qkv if NORM_STAGES else x_in, 1 if NORM_STAGES else DOWN_SPLIT, attn_norm, x_hat_qkv,
+                   w_qkv, qkv, b_qkv, x_in, DOWN_SPLIT, counters + max(N_QKV - 1, 0), target, hang_log, stage_clock,
+                   1 + 2 * N_QKV, N=NQKV, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=QKV_SPLIT, G=G,
+                   EPS=EPS, NORM=not NORM_STAGES, HAS_BIAS=QKV_BIAS, HAS_RESIDUAL=False, GATED=False, INTER=0,
                    WAIT=QKV_WAIT, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS,
                    HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2 + 2 * N_QKV, CLOCK, CLOCK_SLOTS)
     if PERSISTENT:
-        if not NORM_STAGES and not LOOPED:
+        if not NORM_STAGES:
             target = (step_epoch(counters, G) + 1) * G
         signal(counters + N_QKV)
     if FIRST <= N_ATTN and LAST >= N_ATTN:
         ATTN_TASKS: tl.constexpr = ROWS * NKV * SPLITS
-        if LOOPED:
-            k_cache, v_cache = _shifted(k_cache, offsets, _K_CACHE), _shifted(v_cache, offsets, _V_CACHE)
-            if QK_NORM:
-                q_norm, k_norm = _shifted(q_norm, offsets, _Q_NORM), _shifted(k_norm, offsets, _K_NORM)
-        tables, lens, pos = block_tables, context_lens, positions
         # What the CTA's first task reads besides qkv (its row's context and positions, the cached
         # K/V it starts with) does not depend on the qkv stage: those loads go out before the
         # wait, and each task loads the next one's as it ends.
         ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
-            pid, k_cache, v_cache, tables, bt_stride, lens, pos, ATTN_TASKS, NQ, NKV, D, TOKENS, SPLITS, BS, KT,
-            LONG_KT, QP, TP)
+            pid, k_cache, v_cache, block_tables, bt_stride, context_lens, positions, ATTN_TASKS, NQ, NKV, D, TOKENS,
+            SPLITS, BS, KT, LONG_KT, QP, TP)
         if PERSISTENT:
             wait(counters + N_ATTN - 1, target, hang_log, WAIT_SPINS, HANG_SLOTS)
         clock_start(stage_clock, 1 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
         # num_stages=1: the next task's inputs are already loaded a task ahead; the pipeliner would
         # move the context-length load into shared memory, where C4 cannot follow it to the stores.
         for task in tl.range(pid, ATTN_TASKS, G, num_stages=1):
-            _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv, QKV_SPLIT, rope,
-                       q_norm, k_norm, k_cache, v_cache, tables, bt_stride, part_acc, part_ml, M, NQ,
-                       NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB, QP, TP, QK_NORM, EPS,
-                       DOT_IEEE)
+            _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv, QKV_SPLIT, rope, q_norm, k_norm,
+                       k_cache, v_cache, block_tables, bt_stride, part_acc, part_ml, M, NQ, NKV, D, TOKENS, SPLITS, BS,
+                       KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB, QP, TP, QK_NORM, EPS, DOT_IEEE)
             ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
-                task + G, k_cache, v_cache, tables, bt_stride, lens, pos, ATTN_TASKS, NQ, NKV, D, TOKENS, SPLITS, BS,
-                KT, LONG_KT, QP, TP)
+                task + G, k_cache, v_cache, block_tables, bt_stride, context_lens, positions, ATTN_TASKS, NQ, NKV, D,
+                TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP)
         clock_end(stage_clock, 2 + 2 * N_ATTN, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + N_ATTN)
@@ -704,19 +551,15 @@ def _decoder_layer(
         if PERSISTENT:
             signal(counters + N_COMBINE)
     if FIRST <= N_O and LAST >= N_O:
-        if LOOPED:
-            w_o = _shifted(w_o, offsets, _W_O)
-        gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv,
-                   _hidden(x_in, x_out, odd, LOOPED), DOWN_SPLIT, counters + N_O - 1, target, hang_log,
-                   stage_clock, 1 + 2 * N_O, N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT,
-                   G=G, EPS=EPS, NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
-                   WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
-                   WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
+        gemv_stage(pid, attn_out, 1, attn_norm, x_hat_qkv, w_o, x1, b_qkv, x_in, DOWN_SPLIT,
+                   counters + N_O - 1, target, hang_log, stage_clock, 1 + 2 * N_O,
+                   N=H, K=NQ * D, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=O_SPLIT, G=G, EPS=EPS, NORM=False,
+                   HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0, WAIT=1 if PERSISTENT else 0,
+                   DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS, WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS,
+                   CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2 + 2 * N_O, CLOCK, CLOCK_SLOTS)
         if PERSISTENT:
             signal(counters + N_O)
-    if LOOPED:
-        mlp_norm = _shifted(mlp_norm, offsets, _MLP_NORM)
     if NORM_STAGES and FIRST <= N_UP - 1 and LAST >= N_UP - 1:  # norm_up
         if PERSISTENT:
             wait(counters + N_UP - 2, target, hang_log, WAIT_SPINS, HANG_SLOTS)
@@ -726,12 +569,9 @@ def _decoder_layer(
         if PERSISTENT:
             signal(counters + N_UP - 1)
     if FIRST <= N_UP and LAST >= N_UP:
-        if LOOPED:
-            w_gate_up = _shifted(w_gate_up, offsets, _W_GATE_UP)
-        x_hat = x_hat_up
-        gemv_stage(pid, x_hat if NORM_STAGES else x1, 1 if NORM_STAGES else O_SPLIT, mlp_norm, x_hat,
-                   w_gate_up, h, b_qkv, x1, O_SPLIT, counters + N_UP - 1, target, hang_log, stage_clock,
-                   1 + 2 * N_UP, N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
+        gemv_stage(pid, x_hat_up if NORM_STAGES else x1, 1 if NORM_STAGES else O_SPLIT, mlp_norm, x_hat_up, w_gate_up,
+                   h, b_qkv, x1, O_SPLIT, counters + N_UP - 1, target, hang_log, stage_clock, 1 + 2 * N_UP,
+                   N=INTER, K=H, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
                    NORM=not NORM_STAGES, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=True, INTER=INTER,
                    WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
                    WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
@@ -739,17 +579,12 @@ def _decoder_layer(
         if PERSISTENT:
             signal(counters + N_UP)
     if FIRST <= N_DOWN and LAST >= N_DOWN:
-        if LOOPED:
-            w_down = _shifted(w_down, offsets, _W_DOWN)
-        if PDL:  # noqa: SIM102 (the layer is a value, PDL a constexpr) — the next launch may start:
-            if layer == LAYERS - 1:  # in the layer loop, the head's, once the last layer is here
-                tl.extra.cuda.gdc_launch_dependents()
-        gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, _hidden(x_out, x_in, odd, LOOPED), b_qkv,
-                   x1, O_SPLIT, counters + N_DOWN - 1, target, hang_log, stage_clock, 1 + 2 * N_DOWN,
+        if PDL:
+            tl.extra.cuda.gdc_launch_dependents()
+        gemv_stage(pid, h, 1, mlp_norm, x_hat_up, w_down, x_out, b_qkv, x1, O_SPLIT,
+                   counters + N_DOWN - 1, target, hang_log, stage_clock, 1 + 2 * N_DOWN,
                    N=H, K=INTER, K_P=H_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=DOWN_SPLIT, G=G, EPS=EPS,
                    NORM=False, HAS_BIAS=False, HAS_RESIDUAL=True, GATED=False, INTER=0,
                    WAIT=1 if PERSISTENT else 0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS,
                    WAIT_SPINS=WAIT_SPINS, HANG_SLOTS=HANG_SLOTS, CLOCK=CLOCK, CLOCK_SLOTS=CLOCK_SLOTS)
         clock_end(stage_clock, 2 + 2 * N_DOWN, CLOCK, CLOCK_SLOTS)
-        if LOOPED:  # the loop edge: the next layer's first stage waits for every CTA's down
-            signal(counters + N_DOWN)
