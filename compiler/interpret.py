@@ -1,8 +1,11 @@
-"""Run a plan's staged programs under Triton's CPU interpreter: the numerics test on CPU.
+"""Run a plan's programs under Triton's CPU interpreter: the numerics test on CPU.
 
 The staged programs are the persistent program's stages, one per launch, with no waits, so
 they run under ``TRITON_INTERPRET`` (the interpreter runs CTAs one after another, where a
-spin-wait would never return).
+spin-wait on a CTA that has not run would never return). The persistent programs run there too
+when planned for a grid of one CTA (one SM, one CTA per SM): each of its waits is for its own
+signals, and the code between them is the code the GPU runs (programmatic dependent launch,
+which orders launches that run one after another anyway, is a no-op there).
 """
 
 from __future__ import annotations
@@ -28,11 +31,13 @@ def _round_to_bf16(data: np.ndarray) -> np.ndarray:
 
 
 def _fix_interpreter_bf16() -> None:
-    """Make Triton 3.6.0's interpreter compute bf16 as the GPU does.
+    """Make Triton 3.6.0's interpreter compute bf16 as the GPU does, and let it pass PDL.
 
     The interpreter stores bf16 as its uint16 bit pattern; its ``dot`` multiplies those bit
     patterns as integers, and its fp32 → bf16 cast truncates where the GPU rounds to nearest even.
-    Both are patched here, in the interpreter only; the compiled code is untouched.
+    Both are patched here, in the interpreter only; the compiled code is untouched. It runs no
+    inline PTX either: the ``griddepcontrol`` instructions of programmatic dependent launch become
+    no-ops (its launches run one after another).
     """
     import triton.language as tl
     from triton.runtime import interpreter
@@ -57,6 +62,8 @@ def _fix_interpreter_bf16() -> None:
     builder.create_dot, builder.cast_impl = create_dot, cast_impl
     builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
     builder._monobuild_bf16 = True
+    # griddepcontrol.wait / launch_dependents (PDL): the interpreter's launches run one after another
+    tl.extra.cuda.gdc_wait = tl.extra.cuda.gdc_launch_dependents = lambda *args, **kwargs: None
 
 
 def interpreted_kernels():
@@ -78,11 +85,16 @@ def interpreted_kernels():
 
 
 class InterpretedStep:
-    """One band's decode step, launching the staged programs under the interpreter."""
+    """One band's decode step, launching its programs under the interpreter: the staged ones, or
+    the persistent ones of a plan for one CTA."""
 
-    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches):
+    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches, mode: str = "staged"):
         self.recipe = plan.recipe
-        self.step = plan.step(band, "staged")
+        self.step = plan.step(band, mode)
+        wide = [p.name for p in plan.programs if p.mode == "persistent" and p.grid > 1 and len(p.stages) > 1]
+        if mode == "persistent" and wide:
+            raise ValueError(f"{wide[0]}: a grid of {plan.program(wide[0]).grid} CTAs; the interpreter runs a "
+                             "persistent program only on one (plan it for one SM and one CTA per SM)")
         self.programs = {p.name: (p, emit(self.recipe, p)) for p in plan.programs}
         regions = [r for p, _ in self.programs.values() if p.band == band for r in p.regions]
         g = self.recipe.geometry.to_json()

@@ -51,7 +51,12 @@ VARIANTS = {
     "norm_stages": {"norm_stages": 1},
     # a head that writes the logits only (no argmax stage), after its norm stage
     "logits_head": {"norm_stages": 1},
+    # the persistent programs, on one SM at one CTA per SM (each wait is for the CTA's own
+    # signals), with the RMSNorms as stages of their own or each CTA staging x̂ itself
+    "persistent": {"ctas_per_sm": 1},
+    "persistent_cta_staging": {"ctas_per_sm": 1, "norm_stages": 0},
 }
+PERSISTENT = ("persistent", "persistent_cta_staging")
 
 
 def main(case: dict, workdir: Path) -> dict:
@@ -59,9 +64,12 @@ def main(case: dict, workdir: Path) -> dict:
     # A split case: more SMs than o/down have tiles, and short K chunks, so the planner splits K;
     # with more SMs a row also has more attention splits than a short context fills.
     sm_count = 16 if case["variant"] in ("split_k", "long_kv_empty", "long_kv_empty_sub") else 4
+    mode = "persistent" if case["variant"] in PERSISTENT else "staged"
+    if mode == "persistent":  # one CTA: the interpreter runs CTAs one after another
+        sm_count = 1
     doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": "logits" if case["variant"] == "logits_head" else "ids", "modes": ["staged"]}
+           "max_context": 512, "head": "logits" if case["variant"] == "logits_head" else "ids", "modes": [mode]}
     if tokens > 1:
         doc["verify"] = {"rows": rows, "tokens": tokens}
     path = workdir / "tiny.yaml"
@@ -91,9 +99,15 @@ def main(case: dict, workdir: Path) -> dict:
         schedule = parse_schedule({"defaults": defaults}, f"{case['variant']} test schedule")
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
-    step = InterpretedStep(plan, band, weights, k_caches, v_caches)
-    logits, next_ids = step(StepInputs(ids, positions, tables, ctx))
+    step = InterpretedStep(plan, band, weights, k_caches, v_caches, mode)
+    inputs = StepInputs(ids, positions, tables, ctx)
+    logits, next_ids = step(inputs)
     ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens)
+    repeat_err = None
+    if mode == "persistent":  # the same step again: the second epoch's targets, the same result
+        first = logits.clone()
+        again, _ = step(inputs)
+        repeat_err = ((again.double() - first.double()).abs().max()).item()
 
     live_slots = {(int(tables[b, int(p) // block_size]), int(p) % block_size)
                   for b in range(rows) if ctx[b] for p in positions[b * tokens:(b + 1) * tokens]}
@@ -115,6 +129,9 @@ def main(case: dict, workdir: Path) -> dict:
         "kv_substreams": layer.constexpr("KV_SUB"),
         "layer_launches": sum(1 for x in step.step.launches if x.layer == 0),
         "head_launches": sum(1 for x in step.step.launches if x.program.startswith("head.")),
+        "layer_syncs": len(layer.syncs),
+        "repeat_err": repeat_err,
+        "counters": step.buffers.counters.tolist(),
     }
 
 

@@ -53,6 +53,11 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 1, 6, [150], "norm_stages"),
     # a logits head (no greedy ids): norm and logits, two launches
     ("tiny-llama.json", "fp32", 2, 1, [60, 11], "logits_head"),
+    # the persistent programs on one CTA (their waits and signals, the epochs of two steps: each
+    # step runs twice), the first stage a norm stage or qkv staging x̂ itself
+    ("tiny-llama.json", "fp32", 2, 1, [70, 0], "persistent"),
+    ("tiny-qwen3.json", "bf16", 1, 6, [90], "persistent"),
+    ("tiny-llama.json", "bf16", 2, 1, [33, 120], "persistent_cta_staging"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
@@ -80,6 +85,13 @@ def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens
         want = {"norm_stages": (8, 3), "logits_head": (8, 2)}.get(variant, (6, 2))  # the layer's and the head's
         assert (result["layer_launches"], result["head_launches"]) == want, f"{case}: {result}"
     assert result["kv_substreams"] == (4 if variant.endswith("_sub") else 1), f"{case}: {result}"
+    if variant.startswith("persistent"):
+        assert result["repeat_err"] == 0.0, f"{case}: the second step differs ({result['repeat_err']})"
+        # two steps, one CTA: each layer launch's edges signalled once a step (the embed has none)
+        edges = result["layer_syncs"]
+        layers = result["counters"][1:3]
+        assert [row[:edges] for row in layers] == [[2] * edges] * 2, result["counters"]
+        assert not any(any(row[edges:]) for row in layers), result["counters"]
     if variant in ("long_kv", "long_kv_sub"):
         short, long = result["kv_tiles"]
         pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks
