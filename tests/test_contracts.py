@@ -254,3 +254,49 @@ def test_check_cli_exit_codes_and_lines(packages, tmp_path):
     assert re.search(rf"^{re.escape(LAYER)}: ptx line \d+: I1 release signals: ", text.stdout, re.M)
     missing = CliRunner().invoke(main, ["check", str(tmp_path / "nowhere.yaml")])
     assert missing.exit_code == 2 and missing.output.count("\n") == 1
+
+
+_CALLING_PTX = """
+.func callee(.param .b64 callee_param_0, .param .b64 callee_param_1);
+.visible .entry kern(
+	.param .u64 kern_param_0,
+	.param .u64 kern_param_1
+)
+{
+	ld.param.b64 	%rd1, [kern_param_1];
+	ld.param.b64 	%rd2, [kern_param_0];
+	{ // callseq 0, 0
+	.param .b64 	param0;
+	.param .b64 	param1;
+	st.param.b64 	[param0], %rd1;
+	st.param.b64 	[param1], %rd2;
+	call.uni callee, (param0, param1);
+	} // callseq 0
+	st.global.b32 	[%rd1], %r1;
+	ret;
+}
+.func callee(
+	.param .b64 callee_param_0,
+	.param .b64 callee_param_1
+)
+{
+	ld.param.b64 	%rd1, [callee_param_0];
+	ld.param.b64 	%rd2, [callee_param_1];
+	ld.global.cg.b32 	%r1, [%rd2];
+	st.global.b32 	[%rd1], %r1;
+	ret;
+}
+"""
+
+
+def test_ptx_provenance_follows_a_call_into_the_callee():
+    """A jit function Triton does not inline is a .func the kernel calls: its parameters take
+    what the caller stored into the argument slots of their position (here swapped: the callee's
+    first parameter is the kernel's second), and each function's registers are its own (%rd1 is
+    a different register in each)."""
+    ptx = parse_ptx(_CALLING_PTX)
+    assert ptx.functions == ("kern", "callee")
+    load, = (i for i in ptx.instrs if i.opcode == "ld.global.cg.b32")
+    stores = {i.function: i for i in ptx.instrs if i.opcode == "st.global.b32"}
+    assert load.function == 1 and ptx.address_params(load) == {0}
+    assert ptx.address_params(stores[1]) == {1} and ptx.address_params(stores[0]) == {1}
