@@ -1,9 +1,12 @@
-"""Where a step's time goes: each launch of the staged step timed on its own, summed by program.
+"""Where a step's time goes: each launch of the step timed on its own, summed by program.
 
-CUDA events around every launch of an eager staged step (after warm-up), medians over repeats,
-beside the bytes each program moves, so each stage's achieved bandwidth shows. Usage::
+CUDA events around every launch of an eager step (after warm-up), medians over repeats, beside
+the bytes each program moves, so each stage's achieved bandwidth shows. The staged step by
+default; ``--mode persistent`` times the persistent programs' launches. An event between two
+launches keeps the second from starting early, so programmatic dependent launch overlaps nothing
+here, and a launch costs more than in the CUDA graph ``monobuild bench`` replays. Usage::
 
-    python tools/stage_times.py PACKAGE [--band r1t1] [--context 1024] [--repeats 20]
+    python tools/stage_times.py PACKAGE [--band r1t1] [--context 1024] [--repeats 20] [--mode staged|persistent]
 """
 
 from __future__ import annotations
@@ -24,9 +27,10 @@ def main() -> None:
     ap.add_argument("--band", default="r1t1")
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--mode", default="staged", choices=("staged", "persistent"))
     args = ap.parse_args()
     pkg = runtime.load(args.package)
-    step, i, rows, tokens = random_band_step(pkg, args.band, args.context, "staged")
+    step, i, rows, tokens = random_band_step(pkg, args.band, args.context, args.mode)
     band = step.band_for(rows, tokens)
     inputs = band.prepare(i.tokens, i.positions, i.block_tables, i.context_lens, pkg.device)
     stream = torch.cuda.current_stream().cuda_stream
@@ -46,7 +50,8 @@ def main() -> None:
             per_program[name].append(ms)
     manifest = pkg.manifest
     whole = 0.0
-    print(f"{args.package} {args.band} ctx {args.context}: staged launches, summed over layers (median of {args.repeats})")
+    print(f"{args.package} {args.band} ctx {args.context}: {args.mode} launches, summed over layers "
+          f"(median of {args.repeats})")
     for name, times in per_program.items():
         ms = statistics.median(times[2:])
         whole += ms
