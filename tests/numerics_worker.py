@@ -1,4 +1,5 @@
-"""Child process of test_numerics: one decode step of the staged programs under the interpreter.
+"""Child process of test_numerics: one decode step of the staged programs (or the persistent ones,
+on one CTA) under the interpreter.
 
 Run with TRITON_INTERPRET=1 (set before Triton is imported). Reads a case as JSON from argv,
 prints one JSON line: the logits' relative error against the float64 reference, whether the

@@ -1,4 +1,5 @@
-"""The staged programs under Triton's CPU interpreter match the float64 reference.
+"""The staged programs — and the persistent ones, planned for one CTA — under Triton's CPU
+interpreter match the float64 reference.
 
 Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE and a Qwen3-like with
 q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band, and
@@ -66,7 +67,7 @@ KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relativ
 @pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,variant", [c if len(c) == 6 else (*c, "") for c in CASES],
                          ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}" + (f"-{c[5]}" if len(c) == 6 else "")
                               for c in CASES])
-def test_staged_step_matches_reference(config, dtype, rows, tokens, context_lens, variant, tmp_path):
+def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context_lens, variant, tmp_path):
     case = {"config": config, "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
             "seed": int.from_bytes(os.urandom(4), "little"), "variant": variant}
     env = dict(os.environ, TRITON_INTERPRET="1")
