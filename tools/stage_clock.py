@@ -3,9 +3,12 @@
 Compile with ``monobuild compile RECIPE --stage-clock`` (the package is named <recipe>-clock),
 then on the GPU::
 
-    python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent] [--save clock.pt]
+    python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent] [--eager] [--save clock.pt]
 
-Runs the step a few times (eager), then prints per program stage, over the launches that ran it:
+Runs the step a few times — replays of a CUDA graph, as ``monobuild bench`` times it, or with
+``--eager`` launch by launch (whose launch boundaries cost more: the eleventh session's clocks of
+eager steps put 2.6 µs at each, docs/PERFORMANCE.md) — then prints per program stage, over the
+launches that ran it:
 the span (first CTA's start to last CTA's end, summed), the work per CTA and the wait before it
 (medians over launches of the median and the max over CTAs), the gap before it in which no CTA
 was inside a stage (summed), and how the first layer launch's CTAs were spread over the SMs
@@ -22,6 +25,7 @@ import torch
 from monobuild import runtime
 from monobuild.bench.cases import random_band_step
 from monobuild.bench.clock import placement, rows_text, stage_rows
+from monobuild.bench.run import time_replays
 
 
 def main() -> None:
@@ -31,18 +35,19 @@ def main() -> None:
     ap.add_argument("--context", type=int, default=1024)
     ap.add_argument("--mode", default="persistent", choices=("persistent", "staged"))
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--eager", action="store_true", help="launch the step's programs one by one, not a CUDA graph")
     ap.add_argument("--save", help="write the raw clocks here (torch.save)")
     args = ap.parse_args()
     pkg = runtime.load(args.package)
     step, i, rows, tokens = random_band_step(pkg, args.band, args.context, args.mode)
-    for _ in range(args.repeats):
-        step(i.tokens, i.positions, i.block_tables, i.context_lens)
-    torch.cuda.synchronize()
+    time_replays(lambda: step(i.tokens, i.positions, i.block_tables, i.context_lens), args.repeats,
+                 graph=not args.eager)  # the clocks are the last run's
     clock, spec = step.stage_clock(rows, tokens)
     clock = clock.cpu()
     programs = {p.name: p for p in pkg.manifest.programs}
     total = (clock[..., 2::2].max() - clock[..., 1::2][clock[..., 1::2] > 0].min()).item() / 1e6
-    print(f"{args.package} {args.band} ctx {args.context} {args.mode}: first start to last end {total:.3f} ms")
+    how = "eager" if args.eager else "graph replay"
+    print(f"{args.package} {args.band} ctx {args.context} {args.mode} ({how}): first start to last end {total:.3f} ms")
     rows = stage_rows(clock, programs, spec.launches)
     print(rows_text(rows))
     gaps = sum(r.gap_us for r in rows if r.gap_us is not None) / 1e3
