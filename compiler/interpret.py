@@ -30,7 +30,7 @@ def _round_to_bf16(data: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(data), 0x7FC0, rounded >> 16).astype(np.uint16)
 
 
-def _fix_interpreter_bf16() -> None:
+def _fix_interpreter() -> None:
     """Make Triton 3.6.0's interpreter compute bf16 as the GPU does, and let it pass PDL.
 
     The interpreter stores bf16 as its uint16 bit pattern; its ``dot`` multiplies those bit
@@ -78,7 +78,7 @@ def interpreted_kernels():
     if not knobs.runtime.interpret:
         raise RuntimeError("the staged programs run under the interpreter only when TRITON_INTERPRET=1 is set "
                            "before triton is imported")
-    _fix_interpreter_bf16()
+    _fix_interpreter()
     from . import kernels
 
     return kernels

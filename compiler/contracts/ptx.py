@@ -1,7 +1,7 @@
 """Read a Triton kernel's PTX for the contract checks: instructions, loops, and where values come from.
 
-PTX from Triton is the kernel (``.entry``) and, where a jit function is not inlined (the layer
-loop's body, ``compiler/kernels/layer.py``), functions it calls (``.func``): virtual registers,
+PTX from Triton is the kernel (``.entry``) and, where a jit function is not inlined
+(``@triton.jit(noinline=True)``; no shipped program has one), functions it calls (``.func``): virtual registers,
 one instruction per line (inline asm included, between ``// begin inline asm`` markers). That
 is enough to answer, without a GPU: which kernel parameter an address derives from (a register's
 *pointer sources*), which parameters' *loaded values* a register depends on (for predicates: "is
