@@ -49,13 +49,12 @@ def stage_rows(clock: torch.Tensor, programs: dict, launches) -> list[StageRow]:
     for i, launch in enumerate(launches):
         p = programs[launch.program]
         if not any(a.name == "stage_clock" for a in p.args):
-            last_end = None  # the embedding gathers one row per task: no stages to clock
+            last_end = None  # not a profiling build
             continue
         rows = clock[i, : p.grid].double()
         previous_end = None
-        first = dict(p.constexprs)["FIRST"]  # the program runs stages FIRST..LAST of its kernel
-        for k, stage in enumerate(p.stages, start=first):
-            start, end = rows[:, 1 + 2 * k], rows[:, 2 + 2 * k]
+        for stage in p.stages:  # a stage's clock slots follow its op's place in the kind's op list
+            start, end = rows[:, 1 + 2 * stage.index], rows[:, 2 + 2 * stage.index]
             key = (p.name, stage.name)
             spans.setdefault(key, []).append((end.max() - start.min()).item() / 1e3)
             if last_end is not None:

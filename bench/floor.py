@@ -32,7 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime.manifest import BandSpec, Manifest
+from ..runtime.manifest import Manifest
+from ..schema import Arg, Band
 
 CHUNK_INTS = 4096  # int32 a CTA loads per pipeline stage: 16 KB, 8 × 16-byte vectors a thread at 4 warps
 CHUNK_BYTES = 4 * CHUNK_INTS
@@ -90,7 +91,7 @@ def launch_depth(launch: FloorLaunch, depth: int) -> int:
     return max(2, min(depth, SHARED_PER_SM // (launch.ctas_per_sm * CHUNK_BYTES) - 1))
 
 
-def floor_launches(manifest: Manifest, band: BandSpec, context: int, variant: str,
+def floor_launches(manifest: Manifest, band: Band, context: int, variant: str,
                    mode: str = "persistent") -> tuple[FloorLaunch, ...]:
     """The floor's launches for a band's step at ``context`` tokens a row (see the module docstring)."""
     if variant not in VARIANTS:
@@ -182,20 +183,37 @@ class FloorStep:
                                    f"{sum(x.stage_chunks) * CHUNK_INTS}")
 
 
-def floor_program(launch: FloorLaunch, depth: int):
-    """The compiler's Program for one floor launch shape."""
-    from ..compiler.emit import Arg, Program
+@dataclass(frozen=True)
+class FloorProgram:
+    """A floor launch shape as the toolchain compiles it: a hand-written kernel and its constants."""
 
+    name: str
+    kernel_name: str
+    args: tuple[Arg, ...]
+    constexprs: tuple[tuple[str, object], ...]
+    num_warps: int
+    launch_pdl: bool
+    launch_cooperative: bool
+    grid: int
+
+    def kernel(self):
+        from ..compiler import kernels
+
+        return getattr(kernels, self.kernel_name)
+
+
+def floor_program(launch: FloorLaunch, depth: int) -> FloorProgram:
+    """The toolchain's input for one floor launch shape."""
     consts = {"CHUNK": CHUNK_INTS, "G": launch.grid, "PDL": launch.pdl, "W_STAGES": depth}
-    args = (Arg("src", "*i32"), Arg("stage_chunks", "*i64"), Arg("counters", "*i64"), Arg("sink", "*i32"),
-            Arg("S", "i32"))
+    args = (Arg("src", "*i32", "scratch"), Arg("stage_chunks", "*i64", "scratch"), Arg("counters", "*i64", "sync"),
+            Arg("sink", "*i32", "scratch"), Arg("S", "i32", "step_input"))
     kernel = KERNELS[launch.variant]
-    return Program(f"floor.{kernel}.g{launch.grid}.d{depth}", kernel, args, (), tuple(sorted(consts.items())),
-                   launch.num_warps, launch.pdl, launch.cooperative, launch.grid)
+    return FloorProgram(f"floor.{kernel}.g{launch.grid}.d{depth}", kernel, args, tuple(sorted(consts.items())),
+                        launch.num_warps, launch.pdl, launch.cooperative, launch.grid)
 
 
 def compile_floor(launch: FloorLaunch, target: str, depth: int):
-    from ..compiler.driver import compile_program
     from ..compiler.targets import TARGETS
+    from ..compiler.toolchain import compile_program
 
     return compile_program(floor_program(launch, depth), TARGETS[target])

@@ -7,10 +7,11 @@ side computes the same from the plan; a CPU test holds them equal).
 
 from __future__ import annotations
 
-from ..runtime.manifest import BandSpec, Manifest
+from ..runtime.manifest import Manifest
+from ..schema import Band
 
 
-def step_bytes(manifest: Manifest, band: BandSpec, context: int, mode: str | None = None) -> int:
+def step_bytes(manifest: Manifest, band: Band, context: int, mode: str | None = None) -> int:
     mode = mode or manifest.deployment["modes"][0]
     step = next(s for s in manifest.steps if s.band == band and s.mode == mode)
     total = 0

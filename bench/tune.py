@@ -161,9 +161,9 @@ class _BandSearch:
         return best, best_ms
 
     def _programs(self, settings: dict[str, int]) -> tuple:
-        """What a candidate compiles to: its plan's programs (name, constexprs, grid, warps)."""
+        """What a candidate compiles to: its plan's programs (name, constants, grid, warps)."""
         plan = plan_recipe(self.sub, self._table(settings))
-        return tuple((p.name, p.constexprs, p.grid, p.num_warps) for p in plan.programs)
+        return tuple((p.name, p.params, p.grid, p.num_warps) for p in plan.programs)
 
     def _table(self, settings: dict[str, int]) -> Schedule:
         return _with_entry(self.schedule, self.match, {**self.kept, **settings})

@@ -21,7 +21,11 @@ def plan_json(plan: Plan, bandwidth: float, context: int) -> dict:
             {"name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band), "grid": p.grid,
              "num_warps": p.num_warps, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
              "stages": [asdict(s) for s in p.stages], "regions": [asdict(x) for x in p.regions],
-             "syncs": [asdict(s) for s in p.syncs], "constexprs": dict(p.constexprs)}
+             "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "args": [asdict(a) for a in p.args],
+             "ops": [{"name": op.name, "body": op.body, "prefetch": op.prefetch,
+                      "weights": [asdict(w) for w in op.weights], "needs": [asdict(n) for n in op.needs]}
+                     for op in p.ops],
+             "params": dict(p.params)}
             for p in plan.programs
         ],
         "steps": [
@@ -51,6 +55,10 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
         for s in p.stages:
             moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context
             lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}  {s.task}")
+        for op in p.ops:
+            if op.needs:
+                needs = "; ".join(f"{n.region}: {n.part}" for n in op.needs)
+                lines.append(f"  needs  {op.name:<8} {needs}")
         for x in p.regions:
             readers = ", ".join(x.readers) or "next program"
             lines.append(f"  region {x.name:<9} {x.kind:<8} {x.dtype} {list(x.shape)}: {x.writer or 'before launch'}"

@@ -16,7 +16,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .cache import CodeCache, cache_key
-from .driver import CodeObject, compile_program
 from .emit import Program, emit, emitter_digest
 from .errors import Refusal
 from .package import write_package
@@ -24,6 +23,7 @@ from .plan import Plan, plan_recipe
 from .recipe import Recipe
 from .schedule import Schedule
 from .targets import TARGETS, Target
+from .toolchain import CodeObject, compile_program
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
     plan: Plan = plan_recipe(recipe, schedule)
     digest = emitter_digest()
     cache = CodeCache(cache_dir)
-    programs = {p.name: emit(recipe, p) for p in plan.programs}
+    programs = {p.name: emit(p) for p in plan.programs}
     keys = {name: cache_key(prog, target, digest) for name, prog in programs.items()}
     codes: dict[str, CodeObject] = {}
     misses: dict[str, list[str]] = {}  # key → program names (identical programs compile once)

@@ -18,10 +18,10 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from .driver import CodeObject
 from .emit import Program
 from .resources import Resources
 from .targets import Target
+from .toolchain import CodeObject
 
 CACHE_FORMAT = 1
 

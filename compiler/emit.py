@@ -1,9 +1,8 @@
-"""The emitter: a ProgramPlan becomes a Program — the Triton kernel, its named ABI and options.
+"""The emitter: a ProgramPlan becomes a Program — the kernel's source, its named ABI and options.
 
-The kernels are written once, in ``compiler/kernels``, and specialised here by constexprs: the
-geometry, band, tiles, grid and which stages run (FIRST..LAST: all of them for a persistent
-program, one for a staged one). The ABI lists the runtime parameters by name and type; arguments
-a geometry does not use (a q/k/v bias, q/k norms) become constexpr ``None`` and leave the ABI.
+The driver (``kernels/driver.py``) writes the kernel from the plan's ops: each op's functions
+with the parameters they declare, and around them the waits, signals and clocks the plan's edges
+and the deployment ask for. The ABI is the plan's (``derive.abi``), unchanged.
 """
 
 from __future__ import annotations
@@ -12,26 +11,20 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..schema import Arg
+from .errors import CompileError
+from .kernels.driver import DriverSpec, OpCall, program_function, program_source
 from .plan import ProgramPlan
-from .recipe import Recipe
 
-_TRITON_DTYPES = {"bf16": "bf16", "fp32": "fp32"}
 KERNEL_SOURCES = (Path(__file__).parent / "kernels",)
-
-
-@dataclass(frozen=True)
-class Arg:
-    name: str
-    type: str  # Triton signature type: *bf16, *fp32, *i32, *i64, i32
 
 
 @dataclass(frozen=True)
 class Program:
     name: str
-    kernel: str
+    symbol: str  # the kernel's name
+    source: str  # the kernel's Triton source, every constant written in
     args: tuple[Arg, ...]  # the runtime parameters, in order (the named ABI)
-    dropped: tuple[str, ...]  # parameters this specialisation does not use (constexpr None)
-    constexprs: tuple[tuple[str, object], ...]
     num_warps: int
     launch_pdl: bool
     launch_cooperative: bool
@@ -39,76 +32,63 @@ class Program:
 
     def key_parts(self) -> tuple:
         """Everything about the program that changes its code."""
-        return (self.kernel, self.args, self.dropped, self.constexprs, self.num_warps,
-                self.launch_pdl, self.launch_cooperative)
+        return (self.symbol, self.source, self.args, self.num_warps, self.launch_pdl, self.launch_cooperative)
+
+    def kernel(self):
+        """The @triton.jit kernel (interpreted under ``TRITON_INTERPRET``)."""
+        return program_function(self.symbol, self.source)
+
+    @property
+    def constexprs(self) -> tuple:
+        """None: every constant is written into the source."""
+        return ()
 
 
-def _layer_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
-    g, d = recipe.geometry, recipe.deployment
-    w, kv = "*" + _TRITON_DTYPES[d.dtype], "*" + _TRITON_DTYPES[d.kv_cache.dtype]
-    f32, i32 = "*fp32", "*i32"
-    args = [
-        Arg("x_in", f32), Arg("x_out", f32), Arg("attn_norm", w), Arg("w_qkv", w), Arg("b_qkv", w),
-        Arg("q_norm", w), Arg("k_norm", w), Arg("w_o", w), Arg("mlp_norm", w), Arg("w_gate_up", w),
-        Arg("w_down", w), Arg("k_cache", kv), Arg("v_cache", kv), Arg("block_tables", i32),
-        Arg("bt_stride", "i32"), Arg("context_lens", i32), Arg("positions", i32), Arg("rope", f32),
-        Arg("qkv", f32), Arg("part_acc", f32), Arg("part_ml", f32), Arg("attn_out", w), Arg("x1", f32),
-        Arg("h", w), Arg("x_hat_qkv", w), Arg("x_hat_up", w), Arg("counters", "*i64"), Arg("hang_log", "*i64"),
-        Arg("stage_clock", "*i64"),
-    ]
-    dropped = _debug_args_dropped(recipe)
-    if not g.qkv_bias:
-        dropped.append("b_qkv")
-    if not g.qk_norm:
-        dropped += ["q_norm", "k_norm"]
-    return args, dropped
+def _device_params(function: str) -> tuple[str, ...]:
+    """The parameters of an op's device function, after (pid, pre) for a body or pid for a prefetch."""
+    from . import kernels
+
+    fn = getattr(kernels, function, None)
+    if fn is None:
+        raise CompileError(f"no device function {function!r} in monobuild.compiler.kernels")
+    return tuple(fn.arg_names)
 
 
-def _head_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
-    w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
-    args = [Arg("x_in", "*fp32"), Arg("final_norm", w), Arg("w_head", w), Arg("logits", "*fp32"),
-            Arg("tile_max", "*fp32"), Arg("tile_arg", "*i32"), Arg("next_ids", "*i32"), Arg("x_hat", w),
-            Arg("counters", "*i64"), Arg("hang_log", "*i64"), Arg("stage_clock", "*i64")]
-    dropped = _debug_args_dropped(recipe)
-    if recipe.deployment.head != "ids":  # a logits head has no argmax stage
-        dropped += ["tile_max", "tile_arg", "next_ids"]
-    return args, dropped
+def _pick(op_name: str, function: str, bindings: dict, skip: int) -> tuple[tuple[str, object], ...]:
+    params = _device_params(function)[skip:]
+    missing = [n for n in params if n not in bindings]
+    if missing:
+        raise CompileError(f"op {op_name}: {function} takes {', '.join(missing)}, which the op spec does not bind")
+    return tuple((n, bindings[n]) for n in params)
 
 
-def _debug_args_dropped(recipe: Recipe) -> list[str]:
-    """The debug and profiling arguments a production build leaves out of the ABI."""
-    d = recipe.deployment
-    return ([] if d.debug_wait_spins else ["hang_log"]) + ([] if d.stage_clock else ["stage_clock"])
+def driver_spec(plan: ProgramPlan) -> DriverSpec:
+    into = {e.consumer: e.counter for e in plan.syncs}
+    out = {e.producer: e.counter for e in plan.syncs}
+    calls = []
+    for op, stage in zip(plan.ops, plan.stages):
+        b = dict(op.bindings)
+        calls.append(OpCall(
+            op.name, op.body, _pick(op.name, op.body, b, 2), op.prefetch,
+            _pick(op.name, op.prefetch, b, 1) if op.prefetch else (), stage.index, into.get(op.name),
+            out.get(op.name), plan.launch_pdl and op.after_previous_launch,
+            plan.launch_pdl and op.releases_next_launch))
+    return DriverSpec(f"{plan.kind}_kernel", plan.args, tuple(calls), plan.grid, plan.wait_spins, plan.hang_slots,
+                      plan.clock_slots)
 
 
-def _embed_args(recipe: Recipe) -> tuple[list[Arg], list[str]]:
-    w = "*" + _TRITON_DTYPES[recipe.deployment.dtype]
-    return [Arg("tokens", "*i32"), Arg("embed", w), Arg("x_out", "*fp32")], []
-
-
-_ARGS = {"layer_kernel": _layer_args, "head_kernel": _head_args, "embed_kernel": _embed_args}
-
-
-def emit(recipe: Recipe, plan: ProgramPlan) -> Program:
-    args, dropped = _ARGS[plan.kernel](recipe)
-    live = tuple(a for a in args if a.name not in dropped)
-    return Program(plan.name, plan.kernel, live, tuple(dropped), plan.constexprs, plan.num_warps,
-                   plan.launch_pdl, plan.launch_cooperative, plan.grid)
-
-
-def kernel_function(name: str, module=None):
-    """The @triton.jit function named ``name`` (from ``module``, default the compiled kernels)."""
-    if module is None:
-        from . import kernels as module
-    return getattr(module, name)
+def emit(plan: ProgramPlan) -> Program:
+    spec = driver_spec(plan)
+    return Program(plan.name, spec.symbol, program_source(spec), plan.args, plan.num_warps, plan.launch_pdl,
+                   plan.launch_cooperative, plan.grid)
 
 
 def emitter_digest() -> str:
-    """A digest of every source the code objects depend on (kernels, this emitter, the driver)."""
+    """A digest of every source the code objects depend on (the kernels and their driver, this
+    emitter, and toolchain.py, which chooses the compile options, e.g. the register budget of a retry)."""
     h = hashlib.sha256()
-    # driver.py too: it chooses the compile options (e.g. the register budget of a retry).
     files = sorted(p for root in KERNEL_SOURCES for p in root.glob("*.py")) + [Path(__file__),
-                                                                               Path(__file__).parent / "driver.py"]
+                                                                               Path(__file__).parent / "toolchain.py"]
     for path in files:
         h.update(path.name.encode())
         h.update(path.read_bytes())

@@ -15,7 +15,7 @@ import torch
 
 from ..runtime.buffers import StepBuffers, StepInputs
 from ..runtime.weights import PackedWeights
-from .emit import emit, kernel_function
+from .emit import emit
 from .plan import Plan
 from .recipe import Band
 
@@ -66,8 +66,8 @@ def _fix_interpreter() -> None:
     tl.extra.cuda.gdc_wait = tl.extra.cuda.gdc_launch_dependents = lambda *args, **kwargs: None
 
 
-def interpreted_kernels():
-    """The kernels module, whose @triton.jit functions are interpreted ones.
+def require_interpreter() -> None:
+    """Check the interpreter is on and patch it (``_fix_interpreter``).
 
     Triton decides at decoration time — its own ``triton.language`` helpers included — whether a
     function is compiled or interpreted, so the interpreter must be on (``TRITON_INTERPRET=1``)
@@ -79,9 +79,6 @@ def interpreted_kernels():
         raise RuntimeError("the staged programs run under the interpreter only when TRITON_INTERPRET=1 is set "
                            "before triton is imported")
     _fix_interpreter()
-    from . import kernels
-
-    return kernels
 
 
 class InterpretedStep:
@@ -95,20 +92,20 @@ class InterpretedStep:
         if mode == "persistent" and wide:
             raise ValueError(f"{wide[0]}: a grid of {plan.program(wide[0]).grid} CTAs; the interpreter runs a "
                              "persistent program only on one (plan it for one SM and one CTA per SM)")
-        self.programs = {p.name: (p, emit(self.recipe, p)) for p in plan.programs}
-        regions = [r for p, _ in self.programs.values() if p.band == band for r in p.regions]
+        require_interpreter()
+        used = {launch.program for launch in self.step.launches}
+        self.programs = {name: (plan.program(name), emit(plan.program(name))) for name in used}
+        self.kernels = {name: program.kernel() for name, (_, program) in self.programs.items()}
+        regions = [r for p, _ in self.programs.values() for r in p.regions]
         g = self.recipe.geometry.to_json()
         self.buffers = StepBuffers(g, regions, band.m, len(self.step.launches), self.recipe.deployment.max_context,
-                                   poison=True)
+                                   poison=True, counters=max(p.counters for p, _ in self.programs.values()))
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
-        self.kernels = interpreted_kernels()
 
     def __call__(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
         for index, launch in enumerate(self.step.launches):
             plan, program = self.programs[launch.program]
-            names = [a.name for a in program.args]
-            args = self.buffers.args(names, index, launch.layer, plan.kind, self.weights, self.k_caches,
+            args = self.buffers.args(program.args, index, launch.layer, plan.kind, self.weights, self.k_caches,
                                      self.v_caches, inputs)
-            kwargs = dict(zip(names, args)) | dict(program.constexprs) | {n: None for n in program.dropped}
-            kernel_function(program.kernel, self.kernels)[(program.grid,)](**kwargs)
+            self.kernels[launch.program][(program.grid,)](*args)
         return self.buffers.logits, self.buffers.next_ids

@@ -17,10 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..runtime.manifest import MANIFEST_FORMAT
-from .driver import CodeObject
 from .emit import Program
 from .plan import Plan, ProgramPlan
 from .recipe import Recipe
+from .toolchain import CodeObject
 
 
 def _deployment_json(recipe: Recipe) -> dict:
@@ -36,18 +36,16 @@ def _deployment_json(recipe: Recipe) -> dict:
 def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, suffix: str) -> dict:
     ir_files = {kind: f"ir/{p.name}.{kind}" for kind, _ in code.ir}
     return {
-        "name": p.name, "kind": p.kind, "mode": p.mode, "band": {"rows": p.band.rows, "tokens": p.band.tokens},
+        "name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band),
         "symbol": code.symbol, "code": f"code/{p.name}.{suffix}", "ir": ir_files,
         "args": [asdict(a) for a in program.args], "grid": p.grid, "block": code.resources.threads,
-        "shared_bytes": code.shared_bytes, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
-        "stages": [{"name": s.name, "tasks": s.tasks, "weight_bytes": s.weight_bytes,
-                    "kv_bytes_per_token": s.kv_bytes_per_token, "io_bytes": s.io_bytes} for s in p.stages],
-        "regions": [{"name": r.name, "kind": r.kind, "dtype": r.dtype, "shape": list(r.shape),
-                     "writer": r.writer, "readers": list(r.readers), "same_stage": r.same_stage} for r in p.regions],
-        "syncs": [{"counter": s.counter, "producer": s.producer, "consumer": s.consumer,
-                   "regions": list(s.regions), "signals_per_epoch": s.signals_per_epoch} for s in p.syncs],
-        "constexprs": dict(p.constexprs), "resources": asdict(code.resources), "fingerprint": code.fingerprint,
-        "cache_key": key,
+        "shared_bytes": code.shared_bytes,
+        "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative,
+                   "pdl_wait": any(op.after_previous_launch for op in p.ops) and p.launch_pdl},
+        "stages": [asdict(s) for s in p.stages], "regions": [asdict(r) for r in p.regions],
+        "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "hang_slots": p.hang_slots,
+        "clock_slots": p.clock_slots, "params": dict(p.params), "resources": asdict(code.resources),
+        "fingerprint": code.fingerprint, "cache_key": key,
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import yaml
 
+from ..schema import Band
 from .errors import InputError, Refusal
 from .geometry import Geometry, is_pow2, load_geometry
 from .targets import TARGETS, Target
@@ -21,23 +22,6 @@ DTYPES = ("bf16", "fp32")
 HEADS = ("logits", "ids")
 MODES = ("persistent", "staged")
 MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16
-
-
-@dataclass(frozen=True, order=True)
-class Band:
-    """Rows per step and tokens per row (tokens > 1 is a speculative verify)."""
-
-    rows: int
-    tokens: int = 1
-
-    @property
-    def m(self) -> int:
-        """Query rows the programs process: rows × tokens."""
-        return self.rows * self.tokens
-
-    @property
-    def name(self) -> str:
-        return f"r{self.rows}t{self.tokens}"
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""Everything a step's launches read and write besides weights, bound by argument name.
+"""Everything a step's launches read and write, bound by each argument's role in the named ABI.
 
 ``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
 program declares under that name), two fp32 hidden-state buffers the layers ping-pong between
 (each holding as many split-K partials as the layers write), the logits and next ids, one
-counter block per launch and the RoPE table (which bands may share). ``args`` resolves a
-program's named ABI to tensors for one launch, so the step path itself allocates nothing.
+counter block per launch (as many counters as the band's programs use) and the RoPE table
+(which bands may share). ``args`` resolves a program's ABI to tensors for one launch, so the
+step path itself allocates nothing.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from dataclasses import dataclass
 
 import torch
 
+from ..schema import Arg
 from .rope import rope_table
 from .weights import PackedWeights
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32, "i32": torch.int32, "i64": torch.int64}
-COUNTERS_PER_LAUNCH = 8
-_IO = {"x_in", "x_out", "logits", "next_ids"}
-_LAYER_WEIGHTS = {"attn_norm", "w_qkv", "b_qkv", "q_norm", "k_norm", "w_o", "mlp_norm", "w_gate_up", "w_down"}
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,8 @@ class StepInputs:
 
 class StepBuffers:
     def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
-                 device=None, poison: bool = False, rope: torch.Tensor | None = None, hang_slots: int = 0,
-                 clock_shape: tuple[int, int] = (0, 0)):
+                 device=None, poison: bool = False, rope: torch.Tensor | None = None, counters: int = 0,
+                 hang_slots: int = 0, clock_shape: tuple[int, int] = (0, 0)):
         regions = list(regions)
         shapes: dict[str, tuple[tuple[int, ...], str]] = {}
         for r in regions:
@@ -50,45 +49,51 @@ class StepBuffers:
         self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
         self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
-        self.counters = torch.zeros(launches, COUNTERS_PER_LAUNCH, dtype=torch.int64, device=device)
+        self.counters = torch.zeros(launches, max(counters, 1), dtype=torch.int64, device=device)
         self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
         # profiling builds: per launch, per CTA, the SM id then (start, end) ns per stage
         self.stage_clock = torch.zeros(launches, *clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry["layers"]
 
-    def args(self, arg_names: Sequence[str], launch: int, layer: int | None, kind: str,
-             weights: PackedWeights, k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor],
-             inputs: StepInputs) -> list:
+    def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
+             k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor], inputs: StepInputs) -> list:
         """The launch's arguments, in ABI order."""
-        return [self._one(n, launch, layer, kind, weights, k_caches, v_caches, inputs) for n in arg_names]
+        return [self._one(a, launch, layer, kind, weights, k_caches, v_caches, inputs) for a in abi]
 
-    def _one(self, name, launch, layer, kind, weights, k_caches, v_caches, inputs):
-        if name in _LAYER_WEIGHTS:
-            return getattr(weights.layers[layer], name)
-        if name in self.scratch:
-            return self.scratch[name]
-        if name in _IO:
-            return self._io(name, layer, kind)
-        table = {
-            "embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head,
-            "tokens": inputs.tokens, "positions": inputs.positions, "block_tables": inputs.block_tables,
-            "context_lens": inputs.context_lens, "rope": self.rope, "counters": self.counters[launch],
-            "hang_log": self.hang_log, "stage_clock": self.stage_clock[launch],
-        }
-        if name in table:
-            return table[name]
-        if name in ("k_cache", "v_cache"):
-            return (k_caches if name == "k_cache" else v_caches)[layer]
-        if name == "bt_stride":
-            return inputs.block_tables.stride(0)
-        raise KeyError(f"no buffer for argument {name!r}")
+    def _one(self, arg: Arg, launch, layer, kind, weights, k_caches, v_caches, inputs):
+        name, role = arg.name, arg.role
+        found = None
+        if role == "layer_weight":
+            found = getattr(weights.layers[layer], name, None)
+        elif role == "model_weight":
+            found = {"embed": weights.embed, "final_norm": weights.final_norm, "w_head": weights.w_head}.get(name)
+        elif role == "scratch":
+            found = self.scratch.get(name)
+        elif role == "io":
+            found = self._io(name, layer, kind)
+        elif role == "kv_cache":
+            found = {"k_cache": k_caches, "v_cache": v_caches}.get(name)
+            found = found[layer] if found is not None else None
+        elif role == "step_input":
+            found = inputs.block_tables.stride(0) if name == "bt_stride" else getattr(inputs, name, None)
+        elif role == "table" and name == "rope":
+            found = self.rope
+        elif role == "sync" and name == "counters":
+            found = self.counters[launch]
+        elif role == "debug":
+            found = {"hang_log": self.hang_log, "stage_clock": self.stage_clock[launch]}.get(name)
+        if found is None:
+            raise KeyError(f"no buffer for argument {name!r} (role {role})")
+        return found
 
-    def _io(self, name: str, layer: int | None, kind: str) -> torch.Tensor:
+    def _io(self, name: str, layer: int | None, kind: str) -> torch.Tensor | None:
         if name == "logits":
             return self.logits
         if name == "next_ids":
             return self.next_ids
+        if name not in ("x_in", "x_out"):
+            return None
         # embed writes act[0]; layer l reads act[l % 2] and writes the other; the head reads the last.
         index = {"embed": 0, "head": self.layers}.get(kind, layer)
         if name == "x_out":

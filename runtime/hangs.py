@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 import torch
 
-from .buffers import COUNTERS_PER_LAUNCH
 from .manifest import Manifest, StepSpec
 
 
@@ -49,7 +48,7 @@ def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Man
     if count == 0:
         return
     slots = (log.numel() - 1) // 4
-    base, width = counters.data_ptr(), COUNTERS_PER_LAUNCH * counters.element_size()
+    base, width = counters.data_ptr(), counters.stride(0) * counters.element_size()  # a row per launch
     records = []
     for k in range(min(count, slots)):
         cta, address, target, seen = (int(v) for v in log[1 + 4 * k: 5 + 4 * k])

@@ -1,7 +1,8 @@
 """The package manifest: the named ABI between the compiler and the runtime.
 
-The compiler writes ``manifest.json``; the runtime reads it into these frozen dataclasses. Only
-the standard library is used here, so a serving image needs nothing of the compiler.
+The compiler writes ``manifest.json``; the runtime reads it back into frozen dataclasses, the
+per-program records being the planner's own (``monobuild.schema``). Only the standard library is
+used here, so a serving image needs nothing of the compiler.
 """
 
 from __future__ import annotations
@@ -10,68 +11,13 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-MANIFEST_FORMAT = 1
-DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
+from ..schema import Arg, Band, Region, Stage, SyncEdge
+
+MANIFEST_FORMAT = 2
 
 
 class PackageError(Exception):
     """A package directory that cannot be loaded: says which file and what is wrong."""
-
-
-@dataclass(frozen=True)
-class ArgSpec:
-    name: str
-    type: str  # *bf16, *fp32, *i32, *i64 (device pointers) or i32
-
-
-@dataclass(frozen=True)
-class BandSpec:
-    rows: int
-    tokens: int
-
-    @property
-    def m(self) -> int:
-        return self.rows * self.tokens
-
-    @property
-    def name(self) -> str:
-        return f"r{self.rows}t{self.tokens}"
-
-
-@dataclass(frozen=True)
-class RegionSpec:
-    name: str
-    kind: str
-    dtype: str
-    shape: tuple[int, ...]
-    writer: str | None
-    readers: tuple[str, ...]
-    same_stage: str | None = None  # why a same-stage reader needs no sync (see compiler/plan.py)
-
-    @property
-    def nbytes(self) -> int:
-        n = DTYPE_BYTES[self.dtype]
-        for d in self.shape:
-            n *= d
-        return n
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    name: str
-    tasks: int
-    weight_bytes: int
-    kv_bytes_per_token: int
-    io_bytes: int
-
-
-@dataclass(frozen=True)
-class SyncSpec:
-    counter: int
-    producer: str
-    consumer: str
-    regions: tuple[str, ...]
-    signals_per_epoch: int
 
 
 @dataclass(frozen=True)
@@ -89,20 +35,24 @@ class ProgramSpec:
     name: str
     kind: str
     mode: str
-    band: BandSpec
+    band: Band
     symbol: str
     code: str  # path of the code object, relative to the package
     ir: tuple[tuple[str, str], ...]  # (kind, relative path)
-    args: tuple[ArgSpec, ...]
+    args: tuple[Arg, ...]
     grid: int
     block: int  # threads per CTA
     shared_bytes: int  # dynamic shared memory at launch
     launch_pdl: bool
     launch_cooperative: bool
-    stages: tuple[StageSpec, ...]
-    regions: tuple[RegionSpec, ...]
-    syncs: tuple[SyncSpec, ...]
-    constexprs: tuple[tuple[str, object], ...]
+    pdl_wait: bool  # the code waits for the previous launch (griddepcontrol.wait) before reading what it wrote
+    stages: tuple[Stage, ...]
+    regions: tuple[Region, ...]
+    syncs: tuple[SyncEdge, ...]
+    counters: int  # sync counters a launch uses (its edges)
+    hang_slots: int  # a debug build's hang-log records (0 otherwise)
+    clock_slots: int  # int64 per CTA of a profiling build's stage clock (0: not clocked)
+    params: tuple[tuple[str, object], ...]  # the planner's constants, for people reading a package; the runtime reads none
     resources: ResourceSpec
     fingerprint: str
     cache_key: str
@@ -116,7 +66,7 @@ class LaunchSpec:
 
 @dataclass(frozen=True)
 class StepSpec:
-    band: BandSpec
+    band: Band
     mode: str
     launches: tuple[LaunchSpec, ...]
 
@@ -141,15 +91,17 @@ class Manifest:
 
 def _program(d: dict) -> ProgramSpec:
     return ProgramSpec(
-        name=d["name"], kind=d["kind"], mode=d["mode"], band=BandSpec(**d["band"]), symbol=d["symbol"],
-        code=d["code"], ir=tuple(sorted(d["ir"].items())), args=tuple(ArgSpec(**a) for a in d["args"]),
+        name=d["name"], kind=d["kind"], mode=d["mode"], band=Band(**d["band"]), symbol=d["symbol"],
+        code=d["code"], ir=tuple(sorted(d["ir"].items())), args=tuple(Arg(**a) for a in d["args"]),
         grid=d["grid"], block=d["block"], shared_bytes=d["shared_bytes"], launch_pdl=d["launch"]["pdl"],
-        launch_cooperative=d["launch"]["cooperative"], stages=tuple(StageSpec(**s) for s in d["stages"]),
-        regions=tuple(RegionSpec(r["name"], r["kind"], r["dtype"], tuple(r["shape"]), r["writer"],
-                                 tuple(r["readers"]), r.get("same_stage")) for r in d["regions"]),
-        syncs=tuple(SyncSpec(s["counter"], s["producer"], s["consumer"], tuple(s["regions"]),
+        launch_cooperative=d["launch"]["cooperative"], pdl_wait=d["launch"]["pdl_wait"],
+        stages=tuple(Stage(**s) for s in d["stages"]),
+        regions=tuple(Region(r["name"], r["kind"], r["dtype"], tuple(r["shape"]), r["writer"],
+                             tuple(r["readers"]), r.get("same_stage")) for r in d["regions"]),
+        syncs=tuple(SyncEdge(s["counter"], s["producer"], s["consumer"], tuple(s["regions"]),
                              s["signals_per_epoch"]) for s in d["syncs"]),
-        constexprs=tuple(sorted(d["constexprs"].items())), resources=ResourceSpec(**d["resources"]),
+        counters=d["counters"], hang_slots=d["hang_slots"], clock_slots=d["clock_slots"],
+        params=tuple(sorted(d["params"].items())), resources=ResourceSpec(**d["resources"]),
         fingerprint=d["fingerprint"], cache_key=d["cache_key"],
     )
 
@@ -161,7 +113,7 @@ def manifest_from_json(doc: dict) -> Manifest:
         recipe=doc["recipe"], target=doc["target"], sm_count=doc["sm_count"], geometry=doc["geometry"],
         deployment=doc["deployment"], toolchain=tuple(sorted(doc["toolchain"].items())),
         programs=tuple(_program(p) for p in doc["programs"]),
-        steps=tuple(StepSpec(BandSpec(**s["band"]), s["mode"],
+        steps=tuple(StepSpec(Band(**s["band"]), s["mode"],
                              tuple(LaunchSpec(x["program"], x["layer"]) for x in s["launches"]))
                     for s in doc["steps"]),
     )
@@ -177,5 +129,5 @@ def read_manifest(package_dir: str | Path) -> Manifest:
         raise PackageError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
     try:
         return manifest_from_json(doc)
-    except (KeyError, TypeError) as e:
+    except (KeyError, TypeError, ValueError) as e:
         raise PackageError(f"{path}: missing or malformed field {e}") from None

@@ -26,8 +26,6 @@ from .params import ParamBlock
 from .rope import rope_table
 from .weights import ALIGNMENT, PackedWeights
 
-INPUT_ARGS = ("tokens", "positions", "block_tables", "context_lens", "bt_stride")
-
 
 class StepInputError(ValueError):
     """Step inputs the package cannot serve: says which argument and why."""
@@ -61,13 +59,12 @@ class _BandStep:
         programs = {p.name: p for p in manifest.programs}
         used = {launch.program for launch in spec.launches}
         regions = [r for name in sorted(used) for r in programs[name].regions]
-        slots = max((dict(programs[n].constexprs).get("HANG_SLOTS", 0) for n in used), default=0)
-        clocked = [programs[n] for n in used if any(a.name == "stage_clock" for a in programs[n].args)]
-        clock_shape = ((max(p.grid for p in clocked), dict(clocked[0].constexprs)["CLOCK_SLOTS"]) if clocked
-                       else (0, 0))
+        clocked = [programs[n] for n in used if programs[n].clock_slots]
+        clock_shape = ((max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0))
         self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
-                                   deployment["max_context"], device, rope=rope, hang_slots=slots,
-                                   clock_shape=clock_shape)
+                                   deployment["max_context"], device, rope=rope,
+                                   counters=max(programs[n].counters for n in used),
+                                   hang_slots=max(programs[n].hang_slots for n in used), clock_shape=clock_shape)
         self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
         m, rows = self.band.m, self.band.rows
         i32 = dict(dtype=torch.int32, device=device)
@@ -76,10 +73,9 @@ class _BandStep:
         self.launches = []
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
-            names = [a.name for a in p.args]
-            values = self.buffers.args(names, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
+            values = self.buffers.args(p.args, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
             params = ParamBlock([a.type for a in p.args], [_address(v) for v in values])
-            slots = tuple((j, n) for j, n in enumerate(names) if n in INPUT_ARGS)
+            slots = tuple((j, a.name) for j, a in enumerate(p.args) if a.role == "step_input")
             self.launches.append(_Launch(p.name, package.kernels[p.name], params, slots))
         self._bound = _input_values(self.own)
 

@@ -7,7 +7,7 @@ import pytest
 from click.testing import CliRunner
 
 from monobuild.cli.main import main
-from monobuild.compiler import driver
+from monobuild.compiler import toolchain
 from monobuild.compiler.cache import cache_key
 from monobuild.compiler.emit import emit, emitter_digest
 from monobuild.compiler.plan import plan_recipe
@@ -54,7 +54,8 @@ def test_code_objects_are_elf_for_the_target(tiny_packages, target, machine):
         assert program["args"] and program["grid"] >= 1 and program["block"] == 4 * (32 if target == "sm_90" else 64)
         assert program["resources"]["registers"] > 0 and len(program["fingerprint"]) == 64
     persistent = [p for p in manifest["programs"] if p["name"] == "layer.r2t1.persistent"][0]
-    assert persistent["launch"] == {"pdl": target == "sm_90", "cooperative": True}
+    pdl = target == "sm_90"
+    assert persistent["launch"] == {"pdl": pdl, "cooperative": True, "pdl_wait": pdl}
     # sm_90's table makes the RMSNorms stages of their own (norm_stages); gfx950's does not
     norms = target == "sm_90"
     stages = ["qkv", "attn", "combine", "o", "up", "down"]
@@ -81,7 +82,7 @@ def test_warm_compile_is_all_cache_hits(tiny_packages, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("compiled despite a warm cache")
 
-    monkeypatch.setattr(driver, "compile_program", refuse)
+    monkeypatch.setattr(toolchain, "compile_program", refuse)
     monkeypatch.setattr("monobuild.compiler.build.compile_program", refuse)
     result = _compile([recipe, "--out", root / "out-warm", "--cache", root / "cache-a"])
     assert "0 compiled" in result.output
@@ -89,7 +90,7 @@ def test_warm_compile_is_all_cache_hits(tiny_packages, monkeypatch):
 
 def test_cache_key_changes_with_what_changes_code(tiny_recipe):
     recipe = load_recipe(tiny_recipe())
-    program = emit(recipe, plan_recipe(recipe).programs[1])
+    program = emit(plan_recipe(recipe).programs[1])
     digest = emitter_digest()
     base = cache_key(program, TARGETS["sm_90"], digest)
     assert base == cache_key(program, TARGETS["sm_90"], digest)
@@ -98,7 +99,7 @@ def test_cache_key_changes_with_what_changes_code(tiny_recipe):
     from dataclasses import replace
 
     assert base == cache_key(replace(program, name="renamed"), TARGETS["sm_90"], digest)  # names are not code
-    for changed in (replace(program, num_warps=8), replace(program, constexprs=program.constexprs + (("X", 1),)),
+    for changed in (replace(program, num_warps=8), replace(program, source=program.source + "\n"),
                     replace(program, launch_pdl=not program.launch_pdl)):
         assert cache_key(changed, TARGETS["sm_90"], digest) != base
 
@@ -191,7 +192,7 @@ def test_a_persistent_program_with_a_stack_frame_is_refused(tiny_packages, tmp_p
     plan = plan_of(recipe)
     cache = build_module.CodeCache(root / "cache-a")
     digest = build_module.emitter_digest()
-    codes = {p.name: with_stack(cache, build_module.cache_key(build_module.emit(recipe, p), recipe.deployment.target,
+    codes = {p.name: with_stack(cache, build_module.cache_key(build_module.emit(p), recipe.deployment.target,
                                                               digest), p.name)
              for p in plan.programs}
     assert codes["layer.r2t1.persistent"].resources.stack_bytes == 24

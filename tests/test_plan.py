@@ -38,7 +38,7 @@ def test_every_program_of_a_band_agrees_on_the_hidden_states_partials(recipe):
         assert len(set(shapes.values())) == 1, shapes
         parts = next(iter(shapes.values()))[0]
         for p in programs.values():
-            cx = dict(p.constexprs)
+            cx = dict(p.params)
             assert cx.get("X_PARTS", cx.get("DOWN_SPLIT")) == parts, p.name
             for stage in p.stages:
                 if stage.name in ("qkv", "o", "down"):
@@ -70,8 +70,8 @@ def test_shipped_long_kv_tiles_reach_the_layer_programs():
     want = {1: (128, 7, 4), 2: (256, 5, 1), 4: (256, 5, 1), 8: (128, 7, 4)}
     for p in plan_recipe(recipe).programs:
         if p.kind == "layer":
-            long_kt, stages, sub = want[p.band.rows] if p.band.tokens == 1 else (0, p.constexpr("KV_STAGES"), 1)
-            assert (p.constexpr("LONG_KT"), p.constexpr("LONG_KV_STAGES"), p.constexpr("KV_SUB")) == \
+            long_kt, stages, sub = want[p.band.rows] if p.band.tokens == 1 else (0, p.param("KV_STAGES"), 1)
+            assert (p.param("LONG_KT"), p.param("LONG_KV_STAGES"), p.param("KV_SUB")) == \
                 (long_kt, stages, sub), p.name
 
 
@@ -84,7 +84,7 @@ def test_kv_substreams_leave_each_sub_tile_a_products_width(long_kv_tile, kv_sub
         shipped.defaults, kv_tile=16, long_kv_tile=long_kv_tile, kv_substreams=kv_substreams), entries=())
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
     layers = [p for p in plan_recipe(recipe, table).programs if p.kind == "layer"]
-    assert {p.constexpr("KV_SUB") for p in layers} == {want}
+    assert {p.param("KV_SUB") for p in layers} == {want}
 
 
 @pytest.mark.parametrize("value,error", [(1, None), (4, None), (3, "expected a power of two"),
@@ -109,9 +109,9 @@ def test_norm_rows_reach_the_norm_stages_clamped_to_the_bands_rows():
                                                             "t"))):
         for p in plan_recipe(recipe, table).programs:
             if p.kind != "embed":
-                staged_per_cta = not p.constexpr("NORM_STAGES" if p.kind == "layer" else "NORM_STAGE")
+                staged_per_cta = not p.param("NORM_STAGES" if p.kind == "layer" else "NORM_STAGE")
                 want = min(norm_rows, 1 << (p.band.m - 1).bit_length()) if staged_per_cta else 1
-                assert p.constexpr("NORM_ROWS") == want, p.name
+                assert p.param("NORM_ROWS") == want, p.name
     with pytest.raises(InputError, match="defaults.norm_rows: expected a power of two, got 3"):
         parse_schedule({"defaults": {**shipped.defaults.__dict__, "norm_rows": 3}}, "t")
 
@@ -137,7 +137,7 @@ def test_norm_stages_put_each_rmsnorm_in_a_stage_of_its_own():
     assert regions["x_in"].readers == ("norm_qkv", "o") and regions["x1"].readers == ("norm_up", "down")
     edges = {(e.producer, e.consumer): e.regions for e in on.syncs}
     assert edges[("norm_qkv", "qkv")] == ("x_hat_qkv",) and edges[("norm_up", "up")] == ("x_hat_up",)
-    assert len(on.syncs) == 7 and on.constexpr("NORM_STAGES") is True
+    assert len(on.syncs) == 7 and on.param("NORM_STAGES") is True
     assert {r.name: r.shape[0] for r in off.regions}["x_hat_qkv"] == off.grid
     assert all(plans[0].step_bytes(b, 1024) == plans[1].step_bytes(b, 1024) for b in recipe.deployment.bands)
     staged = [p.name for p in plans[1].programs if p.kind == "layer" and p.mode == "staged" and p.band == band]
@@ -164,7 +164,7 @@ def test_norm_stages_give_the_head_a_norm_stage():
     assert regions["x_in"].readers == ("norm",)
     assert {(e.producer, e.consumer): e.regions for e in on.syncs} == {
         ("norm", "logits"): ("x_hat",), ("logits", "argmax"): ("tile_max", "tile_arg")}
-    assert on.constexpr("NORM_STAGE") is True and off.constexpr("NORM_STAGE") is False
+    assert on.param("NORM_STAGE") is True and off.param("NORM_STAGE") is False
     assert {r.name: r.shape[0] for r in off.regions}["x_hat"] == off.grid
     assert all(plans[0].step_bytes(b, 1024) == plans[1].step_bytes(b, 1024) for b in recipe.deployment.bands)
     staged = [p.name for p in plans[1].programs if p.kind == "head" and p.mode == "staged" and p.band == band]

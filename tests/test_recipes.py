@@ -31,7 +31,7 @@ def test_shipped_recipe_plans(path):
         if step.mode == "persistent":
             assert len(per_layer) == 1
         else:  # one launch per stage: six, and the two norm stages where the table makes them
-            assert len(per_layer) == (8 if per_layer[0].constexpr("NORM_STAGES") else 6)
+            assert len(per_layer) == (8 if per_layer[0].param("NORM_STAGES") else 6)
 
 
 def test_llama_geometry_and_rope():

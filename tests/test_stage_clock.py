@@ -42,7 +42,7 @@ def test_stage_rows_reads_spans_work_and_waits(tmp_path):
     programs = {p.name: p for p in manifest.programs}
     spec = next(s for s in manifest.steps if s.mode == "persistent" and s.band.rows == 1)
     grid = max(programs[launch.program].grid for launch in spec.launches)
-    slots = max(dict(programs[launch.program].constexprs).get("CLOCK_SLOTS", 0) for launch in spec.launches)
+    slots = max(programs[launch.program].clock_slots for launch in spec.launches)
     clock = torch.zeros(len(spec.launches), grid, slots, dtype=torch.int64)
     for i, launch in enumerate(spec.launches):
         p = programs[launch.program]
@@ -50,7 +50,7 @@ def test_stage_rows_reads_spans_work_and_waits(tmp_path):
             continue
         for c in range(p.grid):
             clock[i, c, 0] = c % 4  # the SM: 4 SMs, CTAs dealt round-robin
-            for k, _ in enumerate(p.stages, start=dict(p.constexprs)["FIRST"]):
+            for k in (stage.index for stage in p.stages):
                 start = 1_000_000 * i + 10_000 * k + 100 * c  # CTA c starts 0.1 µs after CTA c−1
                 clock[i, c, 1 + 2 * k] = start
                 clock[i, c, 2 + 2 * k] = start + 2_000 + 1_000 * (c == p.grid - 1)  # the last CTA is slow

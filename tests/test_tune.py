@@ -31,7 +31,7 @@ class CostModelClock:
     def __call__(self, package_dir: Path, band, mode: str) -> float:
         manifest = json.loads((package_dir / "manifest.json").read_text())
         layer = next(p for p in manifest["programs"] if p["kind"] == "layer")
-        cx = layer["constexprs"]
+        cx = layer["params"]
         self.timed.append((band.name, mode, cx["BN"], cx["W_STAGES"]))
         return 1.0 + (cx["BN"] != 32) + 0.5 * (cx["W_STAGES"] != 2)
 
@@ -67,7 +67,7 @@ def test_search_finds_the_optimum_and_the_table_steers_the_planner(tmp_path):
     other = recipe.deployment.bands[1]
     assert table.entry("layer", recipe.geometry.hidden, other.rows, other.tokens) == table.defaults
     layer = next(p for p in plan_recipe(recipe, table).programs if p.kind == "layer" and p.band == band)
-    assert (layer.constexpr("BN"), layer.constexpr("W_STAGES")) == (32, 2)
+    assert (layer.param("BN"), layer.param("W_STAGES")) == (32, 2)
 
     # tuning again replaces the band's entry instead of adding a second one, and the header stays one
     write_table(out, out, recipe, result)
@@ -105,7 +105,7 @@ def test_keys_the_search_does_not_cover_stay_in_every_candidate_and_in_the_entry
     class Clock(CostModelClock):
         def __call__(self, package_dir, band, mode):
             manifest = json.loads((package_dir / "manifest.json").read_text())
-            seen.append(next(p for p in manifest["programs"] if p["kind"] == "layer")["constexprs"]["LONG_KT"])
+            seen.append(next(p for p in manifest["programs"] if p["kind"] == "layer")["params"]["LONG_KT"])
             return super().__call__(package_dir, band, mode)
 
     result = tune(recipe, table, (band,), tmp_path / "cache", jobs=2, timer=Clock())
@@ -140,7 +140,7 @@ def test_compile_takes_a_tuned_table_and_names_bad_fields(tmp_path):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 0, result.output
     manifest = json.loads((tmp_path / "out" / "tiny" / "sm_90" / "manifest.json").read_text())
-    block_n = {p["name"]: p["constexprs"]["BN"] for p in manifest["programs"] if p["kind"] == "layer"}
+    block_n = {p["name"]: p["params"]["BN"] for p in manifest["programs"] if p["kind"] == "layer"}
     assert block_n["layer.r2t1.persistent"] == 32 and block_n["layer.r1t1.persistent"] == 16
 
     for entry, field in (({"match": {"rows": 2}, "set": {"block_n": 24}}, "entries[0].set.block_n"),
@@ -162,7 +162,7 @@ def test_a_value_the_planner_clamps_is_not_tried_again(tmp_path):
         def __call__(self, package_dir, band, mode):
             manifest = json.loads((package_dir / "manifest.json").read_text())
             layer = next(p for p in manifest["programs"] if p["kind"] == "layer")
-            seen.append((band.rows, layer["constexprs"]["NORM_ROWS"]))
+            seen.append((band.rows, layer["params"]["NORM_ROWS"]))
             return super().__call__(package_dir, band, mode)
 
     shipped = load_schedule("sm_90")

@@ -100,7 +100,7 @@ def no_overwrite_in_flight(p: ProgramSpec) -> list[Violation]:
                 out.append(Violation(p.name, f"region {r.name}", "C2",
                                      f"stage {r.writer} rewrites it while stage {reader} of a slower CTA may still "
                                      f"read the previous contents: no sync edge orders {a} before {b}"))
-    if p.launch_pdl and dict(p.constexprs).get("PDL") is not True:
+    if p.launch_pdl and not p.pdl_wait:
         out.append(Violation(p.name, "launch", "C2",
                              "launched with programmatic dependent launch, so it overlaps the previous launch, but "
                              "its code does not wait for that launch (PDL is off): it may overwrite scratch and "

@@ -1,8 +1,13 @@
-"""The Triton sources of every program (one source, two modes: persistent and staged), and the
-floor programs ``monobuild bench --floor`` times beside them (the streaming one in Gluon)."""
+"""The device code: each op's functions (its math only), the driver's sync and clock helpers, and
+the floor programs ``monobuild bench --floor`` times beside the real ones (the streaming one in
+Gluon). ``driver.py`` writes each program's kernel from its op list."""
 
+from .attention import attention_op, attention_prefetch
+from .combine import combine_op
 from .floor import floor_kernel, floor_streaming_kernel
-from .head import embed_kernel, head_kernel
-from .layer import layer_kernel
+from .gemv import gemv_op, gemv_prefetch
+from .head import argmax_op, embed_op, logits_op
+from .norm import norm_op
 
-__all__ = ["embed_kernel", "floor_kernel", "floor_streaming_kernel", "head_kernel", "layer_kernel"]
+__all__ = ["argmax_op", "attention_op", "attention_prefetch", "combine_op", "embed_op", "floor_kernel",
+           "floor_streaming_kernel", "gemv_op", "gemv_prefetch", "logits_op", "norm_op"]

@@ -23,7 +23,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
 
-from .common import signal, step_epoch, wait
+from .sync import signal, step_epoch, wait
 
 
 @triton.jit

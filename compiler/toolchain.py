@@ -1,4 +1,4 @@
-"""The compiler driver: a Program becomes a CodeObject for a target, on a machine with no GPU.
+"""The toolchain step: a Program becomes a CodeObject for a target, on a machine with no GPU.
 
 Triton compiles the emitted kernel to LLVM IR and then to a cubin (sm_90, through the ptxas
 bundled with Triton) or an hsaco (gfx942/gfx950, through the AMD linker inside libtriton).
@@ -13,7 +13,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
-from .emit import Program, kernel_function
+from .emit import Program
 from .errors import CompileError
 from .resources import Resources, amd_resources, nvidia_resources
 from .targets import Target
@@ -37,21 +37,16 @@ class CodeObject:
         return dict(self.ir)[kind]
 
 
-def _source(program: Program):
+def triton_source(fn, signature: dict[str, str], constexprs: dict):
+    """Triton's compile input for ``fn``: its runtime parameters typed by ``signature``, the rest
+    given by ``constexprs``. Every pointer is 16-byte aligned (the runtime checks at bind), which
+    allows 16-byte loads."""
     from triton.compiler import ASTSource
 
-    fn = kernel_function(program.kernel)
-    signature = {a.name: a.type for a in program.args}
-    constexprs = dict(program.constexprs)
-    for name in program.dropped:
-        signature[name] = "constexpr"
-        constexprs[name] = None
-    for name in fn.arg_names:
-        signature.setdefault(name, "constexpr")
-    missing = [n for n in fn.arg_names if signature[n] == "constexpr" and n not in constexprs]
+    signature = {**signature, **{n: "constexpr" for n in constexprs}}
+    missing = [n for n in fn.arg_names if n not in signature]
     if missing:
-        raise CompileError(f"{program.name}: the plan gives no value for constexpr(s) {', '.join(missing)}")
-    # Every pointer is 16-byte aligned (the runtime checks at bind), which allows 16-byte loads.
+        raise CompileError(f"{fn.__name__}: no value for {', '.join(missing)}")
     attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names) if signature[n].startswith("*")}
     if fn.is_gluon():  # a Gluon kernel (the streaming floor) has its own front end
         from triton.experimental.gluon._runtime import GluonASTSource
@@ -76,7 +71,7 @@ def _triton_compile(program: Program, target: Target, options: dict):
     import triton
     from triton import knobs
 
-    src = _source(program)
+    src = triton_source(program.kernel(), {a.name: a.type for a in program.args}, dict(program.constexprs))
     with _KNOBS, tempfile.TemporaryDirectory(prefix="monobuild-triton-") as triton_cache, \
             knobs.compilation.scope(), knobs.cache.scope():
         knobs.compilation.disable_line_info = True

@@ -1,0 +1,218 @@
+"""The dense decoder layer as an op list: [norm_qkv], qkv, attn, combine, o, [norm_up], up, down.
+
+``layer_ops`` builds it from the layer's shape (``LayerShape``, which the planner fills from the
+geometry, band and schedule entry). The norms are ops of their own with the schedule's
+``norm_stages``; without, each CTA of qkv and up stages its own x̂ (docs/plan.md says when each
+pays).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...schema import Arg, Region
+from .spec import Need, Op, WeightStream
+
+_KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
+                "below that, and the step's own K/V come from qkv")
+CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its normed input), after a CTA barrier"
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    """What the layer's ops are built from: geometry, band, dtypes and the schedule's choices."""
+
+    hidden: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    qkv_bias: bool
+    qk_norm: bool
+    rows: int
+    tokens: int
+    w_dtype: str  # weights and the activations stored for a GEMV (x̂, attn_out, h)
+    kv_dtype: str
+    w_bytes: int
+    kv_bytes: int
+    grid: int
+    block_n: int
+    splits: int  # attention's KV splits
+    qkv_split: int  # K splits of the GEMVs
+    o_split: int
+    down_split: int
+    norm_stages: bool
+    kv_tiles: str  # how attention walks the cache, for the task's description
+    params: tuple[tuple[str, object], ...]  # the device functions' constants (EPS, BN, BK, …)
+
+    @property
+    def m(self) -> int:
+        return self.rows * self.tokens
+
+    @property
+    def qkv_rows(self) -> int:
+        return (self.q_heads + 2 * self.kv_heads) * self.head_dim
+
+
+def x_hat(name: str, norm: str, gemv: str, dtype: str, m: int, h: int, grid: int, norm_stage: bool) -> Region:
+    """The normed input x̂ of a GEMV after an RMSNorm (qkv, up, the LM head): with a norm op
+    (``norm``) one [M, hidden] copy it writes and every CTA of ``gemv`` reads after their edge;
+    without, each CTA's own slice, staged by the CTA itself."""
+    if norm_stage:
+        return Region(name, "scratch", dtype, (m, h), norm, ())
+    return Region(name, "scratch", dtype, (grid, m, h), gemv, (), CTA_PRIVATE)
+
+
+def tensor(name: str, dtype: str, role: str) -> Arg:
+    return Arg(name, "*" + dtype, role)
+
+
+def region_arg(region: Region) -> Arg:
+    return tensor(region.name, region.dtype, {"io": "io", "scratch": "scratch", "kv_cache": "kv_cache"}[region.kind])
+
+
+def _tiles(n: int, bn: int, split: int) -> tuple[int, str]:
+    """A GEMV's tasks over n output rows: (count, description)."""
+    return -(-n // bn) * split, f"(tiles of {bn}" + (f") × {split} K splits" if split > 1 else ")")
+
+
+def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, staged: Arg | None, w: Arg, out: Arg,
+                  n: int, k: int, split: int, bias: Arg | None = None, residual: Arg | None = None,
+                  res_parts: int = 1, gated: bool = False) -> tuple[tuple[str, object], ...]:
+    p = dict(s.params)
+    return (("x_ptr", x), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", staged), ("w_ptr", w),
+            ("out_ptr", out), ("bias_ptr", bias), ("residual_ptr", residual), ("RES_PARTS", res_parts), ("N", n),
+            ("K", k), ("K_P", p["H_P"]), ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
+            ("SPLIT", split), ("G", s.grid), ("EPS", p["EPS"]), ("NORM", norm is not None and staged is not None),
+            ("HAS_BIAS", bias is not None), ("HAS_RESIDUAL", residual is not None), ("GATED", gated),
+            ("INTER", s.intermediate if gated else 0), ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]),
+            ("NORM_ROWS", p["NORM_ROWS"]))
+
+
+def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: Region, reader: str,
+            first: bool = False) -> Op:
+    p = dict(s.params)
+    h = s.hidden
+    return Op(name, "norm_op", None, s.m, f"(token row): {out.name.replace('x_hat', 'x̂')} = RMSNorm({x.name}), "
+              f"read by every {reader} task",
+              (("x_ptr", region_arg(x)), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", region_arg(out)),
+               ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]), ("G", s.grid)),
+              writes=(out,), reads=(x.name,), needs=(Need(x.name, "whole rows (a row's norm is a reduction over it)"),),
+              weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first)
+
+
+def layer_regions(s: LayerShape) -> dict[str, Region]:
+    """Every region the layer's ops touch, by name (writers set; readers derived by the planner)."""
+    m, h, d = s.m, s.hidden, s.head_dim
+    qkv_in, up_in = ("norm_qkv", "norm_up") if s.norm_stages else ("qkv", "up")
+    regions = [
+        Region("x_in", "io", "fp32", (s.down_split, m, h), None, ()),
+        Region("qkv", "scratch", "fp32", (s.qkv_split, m, s.qkv_rows), "qkv", ()),
+        Region("k_cache", "kv_cache", s.kv_dtype, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
+        Region("v_cache", "kv_cache", s.kv_dtype, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
+        Region("part_acc", "scratch", "fp32", (m, s.q_heads, s.splits, d), "attn", ()),
+        Region("part_ml", "scratch", "fp32", (m, s.q_heads, s.splits, 2), "attn", ()),
+        # attn_out and h only feed a GEMV, which casts them to the weight dtype: stored in it.
+        Region("attn_out", "scratch", s.w_dtype, (m, s.q_heads * d), "combine", ()),
+        Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()),
+        Region("h", "scratch", s.w_dtype, (m, s.intermediate), "up", ()),
+        x_hat("x_hat_qkv", qkv_in, "qkv", s.w_dtype, m, h, s.grid, s.norm_stages),
+        x_hat("x_hat_up", up_in, "up", s.w_dtype, m, h, s.grid, s.norm_stages),
+        Region("x_out", "io", "fp32", (s.down_split, m, h), "down", ()),
+    ]
+    return {r.name: r for r in regions}
+
+
+def layer_ops(s: LayerShape) -> tuple[Op, ...]:
+    """The layer's ops in program order."""
+    p = dict(s.params)
+    r = layer_regions(s)
+    arg = {name: region_arg(region) for name, region in r.items()}
+    w, h, d, m = s.w_dtype, s.hidden, s.head_dim, s.m
+    wt = lambda name: tensor(name, w, "layer_weight")  # noqa: E731
+    attn_norm, mlp_norm = wt("attn_norm"), wt("mlp_norm")
+    wb, kvb = s.w_bytes, s.kv_bytes
+    ns = s.norm_stages
+    ops = []
+    if ns:
+        ops.append(norm_op(s, "norm_qkv", r["x_in"], s.down_split, attn_norm, r["x_hat_qkv"], "qkv", first=True))
+
+    # qkv: x̂ · W_qkvᵀ (+ bias) → qkv (raw, fp32; one partial per K split)
+    tasks, tiles = _tiles(s.qkv_rows, s.block_n, s.qkv_split)
+    bias = wt("b_qkv") if s.qkv_bias else None
+    x_qkv = "x_hat_qkv" if ns else "x_in"
+    ops.append(Op(
+        "qkv", "gemv_op", "gemv_prefetch", tasks, ("x̂ · W_qkv rows " if ns else "RMSNorm(x_in) · W_qkv rows ") + tiles,
+        gemv_bindings(s, x=arg[x_qkv], x_parts=1 if ns else s.down_split, norm=attn_norm,
+                      staged=None if ns else arg["x_hat_qkv"], w=wt("w_qkv"), out=arg["qkv"], n=s.qkv_rows, k=h,
+                      split=s.qkv_split, bias=bias),
+        writes=(r["qkv"],) + (() if ns else (r["x_hat_qkv"],)), reads=(x_qkv,) + (() if ns else ("x_hat_qkv",)),
+        needs=(Need(x_qkv, "the task's K-slice of every row" if ns else "whole rows (each CTA norms them)"),),
+        weights=(WeightStream("w_qkv", s.qkv_rows, h, wb, s.block_n, s.qkv_split),)
+        + ((WeightStream("b_qkv", 1, s.qkv_rows, wb),) if bias else ())
+        + (() if ns else (WeightStream("attn_norm", 1, h, wb),)),
+        io_bytes=m * h * 4, after_previous_launch=not ns))
+
+    # attn: (row, KV head, split) → partials; q/k norm, RoPE and the KV append (live rows only)
+    kv_row = s.rows * s.kv_heads * d * 2 * kvb
+    qk = (("q_norm_ptr", wt("q_norm")), ("k_norm_ptr", wt("k_norm"))) if s.qk_norm else (("q_norm_ptr", None),
+                                                                                          ("k_norm_ptr", None))
+    ops.append(Op(
+        "attn", "attention_op", "attention_prefetch", s.rows * s.kv_heads * s.splits,
+        f"(row, KV head, split): q/k norm, RoPE, KV append, split-KV attention in {s.kv_tiles}",
+        (("qkv_ptr", arg["qkv"]), ("QKV_PARTS", s.qkv_split), ("rope_ptr", tensor("rope", "fp32", "table")), *qk,
+         ("k_cache_ptr", arg["k_cache"]), ("v_cache_ptr", arg["v_cache"]),
+         ("block_tables_ptr", tensor("block_tables", "i32", "step_input")),
+         ("bt_stride", Arg("bt_stride", "i32", "step_input")),
+         ("context_lens_ptr", tensor("context_lens", "i32", "step_input")),
+         ("positions_ptr", tensor("positions", "i32", "step_input")),
+         ("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]),
+         *((k, p[k]) for k in ("ROWS", "NQ", "NKV", "D", "TOKENS", "SPLITS", "BS", "KT", "LONG_KT", "KV_STAGES",
+                               "LONG_KV_STAGES", "KV_SUB", "QP", "TP", "QK_NORM", "EPS", "DOT_IEEE")),
+         ("G", s.grid)),
+        writes=(r["k_cache"], r["v_cache"], r["part_acc"], r["part_ml"]), reads=("qkv", "k_cache", "v_cache"),
+        needs=(Need("qkv", "the q, k and v columns of the task's KV head (all K-split partials)"),),
+        weights=((WeightStream("q_norm", 1, d, wb), WeightStream("k_norm", 1, d, wb)) if s.qk_norm else ()),
+        kv_bytes_per_token=kv_row, io_bytes=kv_row * s.tokens))
+
+    ops.append(Op(
+        "combine", "combine_op", None, m * s.q_heads, "(token row, query head): merge split partials",
+        (("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]), ("attn_out_ptr", arg["attn_out"]),
+         ("M", m), ("NQ", s.q_heads), ("D", d), ("SPLITS", s.splits), ("SP", p["SP"]), ("G", s.grid)),
+        writes=(r["attn_out"],), reads=("part_acc", "part_ml"),
+        needs=(Need("part_acc", "the head's splits"), Need("part_ml", "the head's splits"))))
+
+    tasks, tiles = _tiles(h, s.block_n, s.o_split)
+    ops.append(Op(
+        "o", "gemv_op", "gemv_prefetch", tasks, "attn_out · W_o rows + x_in " + tiles,
+        gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=wt("w_o"), out=arg["x1"], n=h,
+                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split),
+        writes=(r["x1"],), reads=("attn_out", "x_in"),
+        needs=(Need("attn_out", "the query heads in the task's K-slice"),),
+        weights=(WeightStream("w_o", h, s.q_heads * d, wb, s.block_n, s.o_split),)))
+
+    if ns:
+        ops.append(norm_op(s, "norm_up", r["x1"], s.o_split, mlp_norm, r["x_hat_up"], "up"))
+    tasks, tiles = _tiles(s.intermediate, s.block_n, 1)
+    x_up = "x_hat_up" if ns else "x1"
+    ops.append(Op(
+        "up", "gemv_op", "gemv_prefetch", tasks,
+        ("x̂_up · " if ns else "RMSNorm(x1) · ") + "W_gate|W_up rows, silu(g)·u " + tiles,
+        gemv_bindings(s, x=arg[x_up], x_parts=1 if ns else s.o_split, norm=mlp_norm,
+                      staged=None if ns else arg["x_hat_up"], w=wt("w_gate_up"), out=arg["h"], n=s.intermediate, k=h,
+                      split=1, gated=True),
+        writes=(r["h"],) + (() if ns else (r["x_hat_up"],)), reads=(x_up,) + (() if ns else ("x_hat_up",)),
+        needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
+        weights=(WeightStream("w_gate_up", 2 * s.intermediate, h, wb, 2 * s.block_n),)
+        + (() if ns else (WeightStream("mlp_norm", 1, h, wb),))))
+
+    tasks, tiles = _tiles(h, s.block_n, s.down_split)
+    ops.append(Op(
+        "down", "gemv_op", "gemv_prefetch", tasks, "h · W_down rows + x1 " + tiles,
+        gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=wt("w_down"), out=arg["x_out"], n=h,
+                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split),
+        writes=(r["x_out"],), reads=("h", "x1"),
+        needs=(Need("h", "the h columns in the task's K-slice"), Need("x1", "the task's output columns")),
+        weights=(WeightStream("w_down", h, s.intermediate, wb, s.block_n, s.down_split),),
+        io_bytes=m * h * 4, releases_next_launch=True))
+    return tuple(ops)

@@ -1,0 +1,96 @@
+"""The programs around the layers as op lists: the embedding (one op), and the head: [norm],
+logits and, for a greedy head, argmax."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ...schema import Region
+from .dense import region_arg, tensor, x_hat
+from .spec import Need, Op, WeightStream
+
+CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
+
+
+@dataclass(frozen=True)
+class HeadShape:
+    hidden: int
+    vocab: int
+    m: int
+    w_dtype: str
+    w_bytes: int
+    grid: int
+    block_n: int
+    x_parts: int  # the split-K partials the last layer leaves the hidden state in
+    greedy: bool
+    norm_stage: bool
+    params: tuple[tuple[str, object], ...]
+
+    @property
+    def tiles(self) -> int:
+        return -(-self.vocab // self.block_n)
+
+
+def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int) -> tuple[Op, ...]:
+    x_out = Region("x_out", "io", "fp32", (x_parts, m, hidden), "embed", ())
+    return (Op("embed", "embed_op", None, m * -(-hidden // block), f"(token row, {block} columns): gather an "
+               "embedding row",
+               (("tokens", tensor("tokens", "i32", "step_input")), ("embed", tensor("embed", w_dtype, "model_weight")),
+                ("x_out", region_arg(x_out)), ("M", m), ("H", hidden), ("BH", block), ("X_PARTS", x_parts),
+                ("G", grid)),
+               writes=(x_out,), reads=(), needs=(), io_bytes=m * hidden * (w_bytes + 4)),)
+
+
+def head_regions(s: HeadShape) -> dict[str, Region]:
+    logits_in = "norm" if s.norm_stage else "logits"
+    regions = [Region("x_in", "io", "fp32", (s.x_parts, s.m, s.hidden), None, ()),
+               Region("logits", "io", "fp32", (s.m, s.vocab), "logits", (), CTA_LOCAL if s.greedy else None),
+               x_hat("x_hat", logits_in, "logits", s.w_dtype, s.m, s.hidden, s.grid, s.norm_stage)]
+    if s.greedy:
+        regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
+                    Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
+                    Region("next_ids", "io", "i32", (s.m,), "argmax", ())]
+    return {r.name: r for r in regions}
+
+
+def head_ops(s: HeadShape) -> tuple[Op, ...]:
+    p = dict(s.params)
+    r = head_regions(s)
+    arg = {name: region_arg(region) for name, region in r.items()}
+    h, wb = s.hidden, s.w_bytes
+    final_norm = tensor("final_norm", s.w_dtype, "model_weight")
+    ops = []
+    if s.norm_stage:
+        ops.append(Op("norm", "norm_op", None, s.m, "(token row): x̂ = RMSNorm(x), read by every logits task",
+                      (("x_ptr", arg["x_in"]), ("X_PARTS", s.x_parts), ("norm_ptr", final_norm),
+                       ("x_hat_ptr", arg["x_hat"]), ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]),
+                       ("G", s.grid)),
+                      writes=(r["x_hat"],), reads=("x_in",), needs=(Need("x_in", "whole rows"),),
+                      weights=(WeightStream("final_norm", 1, h, wb),), after_previous_launch=True))
+    x = "x_hat" if s.norm_stage else "x_in"
+    greedy = (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"])) if s.greedy else (("tile_max", None),
+                                                                                            ("tile_arg", None))
+    ops.append(Op(
+        "logits", "logits_op", "gemv_prefetch", s.tiles,
+        f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
+        (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
+         ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.w_dtype, "model_weight")),
+         ("logits", arg["logits"]), *greedy, ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
+         ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
+         ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),
+         ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]), ("NORM_ROWS", p["NORM_ROWS"])),
+        writes=(r["logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
+        + (() if s.norm_stage else (r["x_hat"],)),
+        reads=(x,) + (("logits",) if s.greedy else ()) + (() if s.norm_stage else ("x_hat",)),
+        needs=(Need(x, "every row's K columns" if s.norm_stage else "whole rows (each CTA norms them)"),),
+        weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
+        + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
+        io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
+    if s.greedy:
+        ops.append(Op("argmax", "argmax_op", None, s.m, "(token row): reduce tile maxima to the greedy id",
+                      (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]), ("next_ids", arg["next_ids"]),
+                       ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]), ("G", s.grid)),
+                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg"),
+                      needs=(Need("tile_max", "the row's tiles"), Need("tile_arg", "the row's tiles")),
+                      io_bytes=s.m * 4))
+    return tuple(ops)
