@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from ..runtime.rope import rope_table
 from ..runtime.weights import PackedWeights
+from ..schema import Geometry
 
 
 def _rms(x, w, eps):
@@ -30,13 +31,13 @@ def _rotate(x, cos, sin):
 class TorchDecodeStep:
     """``step(tokens, positions, block_tables, context_lens)`` → fp32 logits, in plain PyTorch."""
 
-    def __init__(self, geometry: dict, weights: PackedWeights, k_caches, v_caches, max_context: int, device):
+    def __init__(self, geometry: Geometry, weights: PackedWeights, k_caches, v_caches, max_context: int, device):
         self.g, self.w, self.k, self.v = geometry, weights, list(k_caches), list(v_caches)
         self.rope = rope_table(geometry, max_context, device)
 
     def __call__(self, tokens, positions, block_tables, context_lens):
         g, w = self.g, self.w
-        eps, d, nq, nkv = g["norm_eps"], g["head_dim"], g["q_heads"], g["kv_heads"]
+        eps, d, nq, nkv = g.norm_eps, g.head_dim, g.q_heads, g.kv_heads
         rows = context_lens.shape[0]
         tpr = tokens.shape[0] // rows
         block = self.k[0].shape[1]

@@ -57,7 +57,7 @@ def random_case(package, contexts: list[int], tokens_per_row: int, num_blocks: i
     tables = torch.randperm(num_blocks, generator=gen)[: rows * pages].view(rows, pages).to(torch.int32)
     positions = torch.cat([torch.arange(c - tokens_per_row, c) if c else torch.zeros(tokens_per_row, dtype=torch.long)
                            for c in contexts]).to(torch.int32)
-    ids = torch.randint(0, package.geometry["vocab"], (rows * tokens_per_row,), generator=gen, dtype=torch.int32)
+    ids = torch.randint(0, package.geometry.vocab, (rows * tokens_per_row,), generator=gen, dtype=torch.int32)
     dev = package.device
     inputs = StepInputs(ids.to(dev), positions.to(dev), tables.to(dev),
                         torch.tensor(contexts, dtype=torch.int32, device=dev))

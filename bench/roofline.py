@@ -12,7 +12,7 @@ from ..schema import Band
 
 
 def step_bytes(manifest: Manifest, band: Band, context: int, mode: str | None = None) -> int:
-    mode = mode or manifest.deployment["modes"][0]
+    mode = mode or manifest.deployment.modes[0]
     step = next(s for s in manifest.steps if s.band == band and s.mode == mode)
     total = 0
     for launch in step.launches:

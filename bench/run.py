@@ -186,7 +186,7 @@ def _floors(manifest, band, context, iters, kernels, progress) -> tuple[FloorTim
 
 
 def _baseline(pkg, weights, cache, inputs, context, ours_logits, iters) -> tuple[Timing, float]:
-    torch_step = TorchDecodeStep(pkg.geometry, weights, cache.k, cache.v, pkg.manifest.deployment["max_context"],
+    torch_step = TorchDecodeStep(pkg.geometry, weights, cache.k, cache.v, pkg.manifest.deployment.max_context,
                                  pkg.device)
     compiled = torch.compile(torch_step, dynamic=False)
     args = (inputs.tokens, inputs.positions, inputs.block_tables, inputs.context_lens)

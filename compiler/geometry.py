@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
+from ..schema import Geometry, RopeScaling
 from .errors import InputError
 
 #: model_type → (q/k/v bias, per-head q/k norm). Anything else is refused.
@@ -23,67 +23,6 @@ FAMILIES: dict[str, tuple[bool, bool]] = {
     "qwen3": (False, True),
 }
 ROPE_KINDS = ("default", "llama3")
-
-
-@dataclass(frozen=True)
-class RopeScaling:
-    """llama3-style frequency scaling (Llama 3.1/3.2)."""
-
-    factor: float
-    low_freq_factor: float
-    high_freq_factor: float
-    original_max_position_embeddings: int
-
-
-@dataclass(frozen=True)
-class Geometry:
-    family: str
-    hidden: int
-    layers: int
-    q_heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    norm_eps: float
-    rope_theta: float
-    rope_kind: str
-    rope_scaling: RopeScaling | None
-    tied_head: bool
-    qkv_bias: bool
-    qk_norm: bool
-    max_positions: int
-
-    @property
-    def qkv_rows(self) -> int:
-        return (self.q_heads + 2 * self.kv_heads) * self.head_dim
-
-    @property
-    def group(self) -> int:
-        return self.q_heads // self.kv_heads
-
-    @property
-    def layer_weight_elems(self) -> int:
-        """Elements of one decoder layer's weights (norms included)."""
-        h, d = self.hidden, self.head_dim
-        elems = self.qkv_rows * h + h * self.q_heads * d + 3 * self.intermediate * h + 2 * h
-        if self.qkv_bias:
-            elems += self.qkv_rows
-        if self.qk_norm:
-            elems += 2 * d
-        return elems
-
-    def to_json(self) -> dict:
-        out = dict(self.__dict__)
-        out["rope_scaling"] = None if self.rope_scaling is None else dict(self.rope_scaling.__dict__)
-        return out
-
-    @staticmethod
-    def from_json(data: dict) -> Geometry:
-        data = dict(data)
-        if data.get("rope_scaling") is not None:
-            data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
-        return Geometry(**data)
 
 
 def _field(cfg: dict, source: str, name: str, kind: type, *, default=None, required=True):

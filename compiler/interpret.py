@@ -97,7 +97,7 @@ class InterpretedStep:
         self.programs = {name: (plan.program(name), emit(plan.program(name))) for name in used}
         self.kernels = {name: program.kernel() for name, (_, program) in self.programs.items()}
         regions = [r for p, _ in self.programs.values() for r in p.regions]
-        g = self.recipe.geometry.to_json()
+        g = self.recipe.geometry
         self.buffers = StepBuffers(g, regions, band.m, len(self.step.launches), self.recipe.deployment.max_context,
                                    poison=True, counters=max(p.counters for p, _ in self.programs.values()))
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches

@@ -19,18 +19,7 @@ from pathlib import Path
 from ..runtime.manifest import MANIFEST_FORMAT
 from .emit import Program
 from .plan import Plan, ProgramPlan
-from .recipe import Recipe
 from .toolchain import CodeObject
-
-
-def _deployment_json(recipe: Recipe) -> dict:
-    d = recipe.deployment
-    return {
-        "dtype": d.dtype, "kv_cache": {"dtype": d.kv_cache.dtype, "block_size": d.kv_cache.block_size},
-        "bands": [{"rows": b.rows, "tokens": b.tokens} for b in d.bands], "max_context": d.max_context,
-        "head": d.head, "modes": list(d.modes), "lifetime_steps": d.lifetime_steps,
-        "debug_wait_spins": d.debug_wait_spins, "stage_clock": d.stage_clock,
-    }
 
 
 def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, suffix: str) -> dict:
@@ -70,7 +59,7 @@ def write_package(out_dir: Path, plan: Plan, programs: dict[str, Program], codes
         manifest = {
             "format": MANIFEST_FORMAT, "recipe": recipe.name, "target": target.name,
             "sm_count": recipe.deployment.sm_count, "geometry": recipe.geometry.to_json(),
-            "deployment": _deployment_json(recipe), "toolchain": dict(_toolchain()),
+            "deployment": recipe.deployment.package_record().to_json(), "toolchain": dict(_toolchain()),
             "programs": entries,
             "steps": [{"band": {"rows": s.band.rows, "tokens": s.band.tokens}, "mode": s.mode,
                        "launches": [{"program": x.program, "layer": x.layer} for x in s.launches]}

@@ -145,8 +145,8 @@ class Planner:
         self.recipe = recipe
         self.schedule = schedule or load_schedule(recipe.deployment.target.name)
         d = recipe.deployment
-        self.w = DTYPE_BYTES[d.dtype]
-        self.kvb = DTYPE_BYTES[d.kv_cache.dtype]
+        self.w = DTYPE_BYTES[d.dtypes.weights]
+        self.kvb = DTYPE_BYTES[d.dtypes.kv]
 
     def plan(self) -> Plan:
         programs, steps = [], []
@@ -175,7 +175,7 @@ class Planner:
 
     def _common(self, band: Band) -> dict:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
-                "DOT_IEEE": self.recipe.deployment.dtype == "fp32"}
+                "DOT_IEEE": self.recipe.deployment.dtypes.activations == "fp32"}
 
     def _k_splits(self, band: Band) -> KSplits:
         g, d = self.recipe.geometry, self.recipe.deployment
@@ -201,7 +201,7 @@ class Planner:
         block = min(entry.embed_block, next_pow2(g.hidden))
         grid = min(d.sm_count * entry.ctas_per_sm, band.m * -(-g.hidden // block))
         parts = self._k_splits(band).down
-        ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtype, self.w)
+        ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtypes.weights, self.w)
         declared = {r.name: r for r in ops[0].writes}
         params = {"M": band.m, "H": g.hidden, "BH": block, "X_PARTS": parts, "G": grid}
         return self._program(f"embed.{band.name}", "embed", band, "staged", ops, 0, declared, grid, params, entry,
@@ -234,7 +234,7 @@ class Planner:
 
         def shape(grid: int) -> LayerShape:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
-                              band.rows, band.tokens, d.dtype, d.kv_cache.dtype, self.w, self.kvb, grid,
+                              band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
                               entry.block_n, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
                               tuple(sorted(cx.items())))
 
@@ -256,7 +256,7 @@ class Planner:
               "NORM_ROWS": _norm_rows_per_load(entry, band)}
 
         def shape(grid: int) -> HeadShape:
-            return HeadShape(g.hidden, g.vocab, band.m, d.dtype, self.w, grid, bn, parts, d.head == "ids",
+            return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head == "ids",
                              norm_stage, tuple(sorted(cx.items())))
 
         declared = head_regions(shape(full_grid))

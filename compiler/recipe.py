@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from ..schema import Band
+from ..schema import Band, DtypeRoles, KVLayout, PackageDeployment
 from .errors import InputError, Refusal
 from .geometry import Geometry, is_pow2, load_geometry
 from .targets import TARGETS, Target
@@ -25,17 +25,11 @@ MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension 
 
 
 @dataclass(frozen=True)
-class KVCache:
-    dtype: str
-    block_size: int
-
-
-@dataclass(frozen=True)
 class Deployment:
     target: Target
     sm_count: int
     dtype: str
-    kv_cache: KVCache
+    kv_cache: KVLayout
     bands: tuple[Band, ...]
     max_context: int
     head: str
@@ -47,6 +41,17 @@ class Deployment:
     # Profiling builds only: every CTA records the SM it runs on and the global timer when each
     # stage starts (after its wait) and ends (before its signal), into a ``stage_clock`` buffer.
     stage_clock: bool = False
+
+    @property
+    def dtypes(self) -> DtypeRoles:
+        """The dtype of each tensor role: ``dtype`` for the weights and the activations a GEMV
+        reads, the KV cache's own, fp32 accumulation."""
+        return DtypeRoles(weights=self.dtype, activations=self.dtype, kv=self.kv_cache.dtype)
+
+    def package_record(self) -> PackageDeployment:
+        """What the package serves, as its manifest records it for the runtime."""
+        return PackageDeployment(self.dtypes, self.kv_cache, self.bands, self.max_context, self.head, self.modes,
+                                 self.lifetime_steps, self.debug_wait_spins, self.stage_clock)
 
 
 @dataclass(frozen=True)
@@ -134,7 +139,7 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         target=target,
         sm_count=_int(src, "sm_count", doc["sm_count"]),
         dtype=_choice(src, "dtype", doc["dtype"], DTYPES),
-        kv_cache=KVCache(_choice(src, "kv_cache.dtype", kv.get("dtype"), DTYPES), block_size),
+        kv_cache=KVLayout(_choice(src, "kv_cache.dtype", kv.get("dtype"), DTYPES), block_size),
         bands=_bands(src, doc),
         max_context=_int(src, "max_context", doc["max_context"], minimum=16),
         head=_choice(src, "head", doc["head"], HEADS),

@@ -1,14 +1,15 @@
 """The records the compiler writes into a package and the runtime reads back: one definition each.
 
 Standard library only, so a serving image imports it without the compiler, Triton or torch. The
-planner builds its plan from these (a program's stages, regions, sync edges and named ABI), the
-package writer serialises them, and the runtime's manifest reader rebuilds the same classes:
-there is no second, mirrored set of classes to keep in step.
+planner builds its plan from these (the model's geometry, what the package serves, a program's
+stages, regions, sync edges and named ABI), the package writer serialises them, and the
+runtime's manifest reader rebuilds the same classes: there is no second, mirrored set of classes
+to keep in step, and nothing crosses the line as a string-keyed dict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 
@@ -98,3 +99,113 @@ class SyncEdge:
     consumer: str
     regions: tuple[str, ...]  # regions the edge orders (written by producer, read by consumer)
     signals_per_epoch: int  # every CTA of the grid signals once per step
+
+
+@dataclass(frozen=True)
+class RopeScaling:
+    """llama3-style frequency scaling (Llama 3.1/3.2)."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class Geometry:
+    family: str
+    hidden: int
+    layers: int
+    q_heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    norm_eps: float
+    rope_theta: float
+    rope_kind: str
+    rope_scaling: RopeScaling | None
+    tied_head: bool
+    qkv_bias: bool
+    qk_norm: bool
+    max_positions: int
+
+    @property
+    def qkv_rows(self) -> int:
+        return (self.q_heads + 2 * self.kv_heads) * self.head_dim
+
+    @property
+    def group(self) -> int:
+        return self.q_heads // self.kv_heads
+
+    @property
+    def layer_weight_elems(self) -> int:
+        """Elements of one decoder layer's weights (norms included)."""
+        h, d = self.hidden, self.head_dim
+        elems = self.qkv_rows * h + h * self.q_heads * d + 3 * self.intermediate * h + 2 * h
+        if self.qkv_bias:
+            elems += self.qkv_rows
+        if self.qk_norm:
+            elems += 2 * d
+        return elems
+
+    def to_json(self) -> dict:
+        out = dict(self.__dict__)
+        out["rope_scaling"] = None if self.rope_scaling is None else dict(self.rope_scaling.__dict__)
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> Geometry:
+        data = dict(data)
+        if data.get("rope_scaling") is not None:
+            data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        return Geometry(**data)
+
+
+@dataclass(frozen=True)
+class KVLayout:
+    """The paged KV cache the programs read and append to: vLLM's [blocks, block_size, kv_heads,
+    head_dim] per layer for K and for V."""
+
+    dtype: str
+    block_size: int
+
+
+@dataclass(frozen=True)
+class DtypeRoles:
+    """The dtype of each role a tensor plays, so a quantized weight does not quantize the activations."""
+
+    weights: str  # the layers' and the head's weight tensors
+    activations: str  # activations stored for a GEMV to read (x̂, attn_out, h)
+    kv: str  # the KV cache
+    accumulators: str = "fp32"  # products, sums, the hidden state between layers, the logits
+    scales: str | None = None  # per-block weight scales (quantized weights; none today)
+
+
+@dataclass(frozen=True)
+class PackageDeployment:
+    """What a package serves, as the runtime needs it (the compiler's Deployment, less the target)."""
+
+    dtypes: DtypeRoles
+    kv_cache: KVLayout
+    bands: tuple[Band, ...]
+    max_context: int
+    head: str  # logits | ids
+    modes: tuple[str, ...]
+    lifetime_steps: int
+    debug_wait_spins: int
+    stage_clock: bool
+
+    def to_json(self) -> dict:
+        out = asdict(self)
+        out["bands"], out["modes"] = [asdict(b) for b in self.bands], list(self.modes)
+        return out
+
+    @staticmethod
+    def from_json(data: dict) -> PackageDeployment:
+        data = dict(data)
+        data["dtypes"] = DtypeRoles(**data["dtypes"])
+        data["kv_cache"] = KVLayout(**data["kv_cache"])
+        data["bands"] = tuple(Band(**b) for b in data["bands"])
+        data["modes"] = tuple(data["modes"])
+        return PackageDeployment(**data)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..schema import Arg
+from ..schema import Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
 
@@ -31,7 +31,7 @@ class StepInputs:
 
 
 class StepBuffers:
-    def __init__(self, geometry: dict, regions: Iterable, m: int, launches: int, max_context: int,
+    def __init__(self, geometry: Geometry, regions: Iterable, m: int, launches: int, max_context: int,
                  device=None, poison: bool = False, rope: torch.Tensor | None = None, counters: int = 0,
                  hang_slots: int = 0, clock_shape: tuple[int, int] = (0, 0)):
         regions = list(regions)
@@ -45,16 +45,16 @@ class StepBuffers:
         fill = float("nan") if poison else 0.0
         self.scratch = {n: _alloc(s, d, device, poison) for n, (s, d) in shapes.items()}
         # The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says.
-        act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, geometry["hidden"]))
+        act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, geometry.hidden))
         self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
-        self.logits = torch.full((m, geometry["vocab"]), fill, dtype=torch.float32, device=device)
+        self.logits = torch.full((m, geometry.vocab), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(launches, max(counters, 1), dtype=torch.int64, device=device)
         self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
         # profiling builds: per launch, per CTA, the SM id then (start, end) ns per stage
         self.stage_clock = torch.zeros(launches, *clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
-        self.layers = geometry["layers"]
+        self.layers = geometry.layers
 
     def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
              k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor], inputs: StepInputs) -> list:

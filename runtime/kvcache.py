@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..schema import Geometry
 from .weights import ALIGNMENT
 
 
@@ -30,13 +31,13 @@ class KVCache:
         return self.k[0].shape[0]
 
 
-def kv_shape(geometry: dict, block_size: int, num_blocks: int) -> tuple[int, int, int, int]:
-    return num_blocks, block_size, geometry["kv_heads"], geometry["head_dim"]
+def kv_shape(geometry: Geometry, block_size: int, num_blocks: int) -> tuple[int, int, int, int]:
+    return num_blocks, block_size, geometry.kv_heads, geometry.head_dim
 
 
-def allocate_kv_cache(geometry: dict, block_size: int, dtype: torch.dtype, num_blocks: int, device) -> KVCache:
+def allocate_kv_cache(geometry: Geometry, block_size: int, dtype: torch.dtype, num_blocks: int, device) -> KVCache:
     shape = kv_shape(geometry, block_size, num_blocks)
-    layers = range(geometry["layers"])
+    layers = range(geometry.layers)
     return KVCache(tuple(torch.empty(shape, dtype=dtype, device=device) for _ in layers),
                    tuple(torch.empty(shape, dtype=dtype, device=device) for _ in layers))
 
@@ -48,7 +49,7 @@ def _is_pair(layer) -> bool:
     return isinstance(layer, Sequence) and len(layer) == 2
 
 
-def as_kv_cache(cache, geometry: dict, block_size: int, dtype: torch.dtype, device) -> KVCache:
+def as_kv_cache(cache, geometry: Geometry, block_size: int, dtype: torch.dtype, device) -> KVCache:
     """Check a caller's cache against the package and return it as ``KVCache`` (no copy)."""
     if isinstance(cache, KVCache):
         k, v = cache.k, cache.v
@@ -57,8 +58,8 @@ def as_kv_cache(cache, geometry: dict, block_size: int, dtype: torch.dtype, devi
     else:
         raise KVCacheError("kv_cache: expected a KVCache, per-layer (k, v) pairs or per-layer [2, num_blocks, "
                            "block_size, kv_heads, head_dim] tensors")
-    if len(k) != geometry["layers"]:
-        raise KVCacheError(f"kv_cache: {len(k)} layers, the package has {geometry['layers']}")
+    if len(k) != geometry.layers:
+        raise KVCacheError(f"kv_cache: {len(k)} layers, the package has {geometry.layers}")
     blocks = k[0].shape[0] if k[0].dim() == 4 else -1
     want = kv_shape(geometry, block_size, blocks)
     for layer, pair in enumerate(zip(k, v)):

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import Arg, Band, Region, Stage, SyncEdge
+from ..schema import Arg, Band, Geometry, PackageDeployment, Region, Stage, SyncEdge
 
 MANIFEST_FORMAT = 2
 
@@ -76,8 +76,8 @@ class Manifest:
     recipe: str
     target: str
     sm_count: int
-    geometry: dict
-    deployment: dict
+    geometry: Geometry
+    deployment: PackageDeployment
     toolchain: tuple[tuple[str, str], ...]
     programs: tuple[ProgramSpec, ...]
     steps: tuple[StepSpec, ...]
@@ -110,8 +110,9 @@ def manifest_from_json(doc: dict) -> Manifest:
     if doc.get("format") != MANIFEST_FORMAT:
         raise PackageError(f"manifest format {doc.get('format')!r} is not {MANIFEST_FORMAT}")
     return Manifest(
-        recipe=doc["recipe"], target=doc["target"], sm_count=doc["sm_count"], geometry=doc["geometry"],
-        deployment=doc["deployment"], toolchain=tuple(sorted(doc["toolchain"].items())),
+        recipe=doc["recipe"], target=doc["target"], sm_count=doc["sm_count"],
+        geometry=Geometry.from_json(doc["geometry"]), deployment=PackageDeployment.from_json(doc["deployment"]),
+        toolchain=tuple(sorted(doc["toolchain"].items())),
         programs=tuple(_program(p) for p in doc["programs"]),
         steps=tuple(StepSpec(Band(**s["band"]), s["mode"],
                              tuple(LaunchSpec(x["program"], x["layer"]) for x in s["launches"]))

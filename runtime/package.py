@@ -12,6 +12,7 @@ from pathlib import Path
 
 import torch
 
+from ..schema import Geometry
 from .buffers import TORCH_DTYPES
 from .checkpoint import SafetensorsCheckpoint
 from .kvcache import KVCache, allocate_kv_cache, as_kv_cache
@@ -67,24 +68,24 @@ class Package:
         self.path, self.manifest, self.device, self.kernels = path, manifest, device, kernels
 
     @property
-    def geometry(self) -> dict:
+    def geometry(self) -> Geometry:
         return self.manifest.geometry
 
     @property
     def modes(self) -> tuple[str, ...]:
-        return tuple(self.manifest.deployment["modes"])
+        return tuple(self.manifest.deployment.modes)
 
     @property
     def dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.manifest.deployment["dtype"]]
+        return TORCH_DTYPES[self.manifest.deployment.dtypes.weights]
 
     @property
     def kv_dtype(self) -> torch.dtype:
-        return TORCH_DTYPES[self.manifest.deployment["kv_cache"]["dtype"]]
+        return TORCH_DTYPES[self.manifest.deployment.dtypes.kv]
 
     @property
     def block_size(self) -> int:
-        return self.manifest.deployment["kv_cache"]["block_size"]
+        return self.manifest.deployment.kv_cache.block_size
 
     def make_current(self) -> None:
         """Make the device's context current in the calling thread (the step does this on a new thread)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import torch
 
+from ..schema import Geometry
 from .rope import angles
 from .weights import PackedWeights
 
@@ -24,12 +25,12 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * torch.cat([cos, cos], -1) + rotated * torch.cat([sin, sin], -1)
 
 
-def reference_step(geometry: dict, weights: PackedWeights, k_caches: list, v_caches: list, tokens: torch.Tensor,
+def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v_caches: list, tokens: torch.Tensor,
                    positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
                    tokens_per_row: int, compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
     """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V."""
     g = geometry
-    eps, d, nq, nkv = g["norm_eps"], g["head_dim"], g["q_heads"], g["kv_heads"]
+    eps, d, nq, nkv = g.norm_eps, g.head_dim, g.q_heads, g.kv_heads
     group, m = nq // nkv, tokens.shape[0]
     block = k_caches[0].shape[1]
     rows = m // tokens_per_row

@@ -62,10 +62,10 @@ class _BandStep:
         clocked = [programs[n] for n in used if programs[n].clock_slots]
         clock_shape = ((max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0))
         self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
-                                   deployment["max_context"], device, rope=rope,
+                                   deployment.max_context, device, rope=rope,
                                    counters=max(programs[n].counters for n in used),
                                    hang_slots=max(programs[n].hang_slots for n in used), clock_shape=clock_shape)
-        self.max_blocks = -(-deployment["max_context"] // deployment["kv_cache"]["block_size"])
+        self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
         m, rows = self.band.m, self.band.rows
         i32 = dict(dtype=torch.int32, device=device)
         self.own = StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32),
@@ -126,11 +126,11 @@ class DecodeStep:
     def __init__(self, package, weights: PackedWeights, cache: KVCache, mode: str):
         self.package, self.mode, self.weights, self.kv_cache = package, mode, weights, cache
         deployment = package.manifest.deployment
-        rope = rope_table(package.geometry, deployment["max_context"], package.device)
+        rope = rope_table(package.geometry, deployment.max_context, package.device)
         specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
         self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
-        self.greedy = deployment["head"] == "ids"
-        self.debug_waits = deployment.get("debug_wait_spins", 0) > 0
+        self.greedy = deployment.head == "ids"
+        self.debug_waits = deployment.debug_wait_spins > 0
         self._thread = threading.get_ident()
         self._last: tuple[_BandStep, int] | None = None
 

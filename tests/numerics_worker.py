@@ -77,19 +77,19 @@ def main(case: dict, workdir: Path) -> dict:
     path.write_text(yaml.safe_dump(doc))
     recipe = load_recipe(path)
     band = next(b for b in recipe.deployment.bands if (b.rows, b.tokens) == (rows, tokens))
-    g = recipe.geometry.to_json()
+    g = recipe.geometry
     t = DTYPES[dtype]
     gen = torch.Generator().manual_seed(case["seed"])
     weights = pack_hf_state_dict(random_hf_state_dict(g, t, gen), g, t)
     blocks, block_size, pages = 40 * rows, 16, 32
-    shape = (blocks, block_size, g["kv_heads"], g["head_dim"])
-    k_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g["layers"])]
-    v_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g["layers"])]
+    shape = (blocks, block_size, g.kv_heads, g.head_dim)
+    k_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g.layers)]
+    v_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g.layers)]
     ctx = torch.tensor(case["context_lens"], dtype=torch.int32)
     tables = torch.randperm(blocks, generator=gen)[: rows * pages].view(rows, pages).to(torch.int32)
     positions = torch.cat([torch.arange(int(c) - tokens, int(c)) if c else torch.zeros(tokens, dtype=torch.long)
                            for c in ctx]).to(torch.int32)
-    ids = torch.randint(0, g["vocab"], (rows * tokens,), generator=gen, dtype=torch.int32)
+    ids = torch.randint(0, g.vocab, (rows * tokens,), generator=gen, dtype=torch.int32)
     poison_past_context(k_caches + v_caches, tables, ctx, block_size)
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]

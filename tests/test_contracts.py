@@ -170,6 +170,18 @@ def pdl_without_wait(pkg):
     _edit_lines(path, lambda lines: [x for x in lines if "griddepcontrol.wait" not in x])
 
 
+def pdl_launch_not_waited(pkg):
+    """The manifest launches the layer with PDL but records that its code never waits for the
+    previous launch."""
+    _edit_manifest(pkg, lambda d: _program(d)["launch"].__setitem__("pdl_wait", False))
+
+
+def counter_block_too_small(pkg):
+    """The launch's counter block holds fewer counters than the layer's edges use: the last edges'
+    signals would land in the next launch's counters."""
+    _edit_manifest(pkg, lambda d: _program(d).__setitem__("counters", 2))
+
+
 def overwrite_in_flight(pkg):
     """The layer writes its output over its input (x_out = x_in, written by down) with no edge
     ordering the input's reader o before down."""
@@ -220,6 +232,8 @@ DEFECTS = [
     ("sm_90", extra_wait_site, "I4", "ptx"),
     ("sm_90", epochs_wrap, "C5", "counters"),
     ("sm_90", pdl_without_wait, "C2", "ptx"),
+    ("sm_90", pdl_launch_not_waited, "C2", "launch"),
+    ("sm_90", counter_block_too_small, "C1", "sync attn→combine"),
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),

@@ -31,7 +31,7 @@ BLOCK = 16
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
-    g = geometry_from_config(json.loads(path.read_text()), str(path)).to_json()
+    g = geometry_from_config(json.loads(path.read_text()), str(path))
     gen = torch.Generator().manual_seed(len(config) + tokens)
     sd = random_hf_state_dict(g, torch.float64, gen)
     weights = pack_hf_state_dict(sd, g, torch.float64)
@@ -39,11 +39,11 @@ def test_reference_step_matches_transformers(config, tokens):
 
     lengths = [37, 5, 130]
     rows = len(lengths)
-    prompts = [torch.randint(0, g["vocab"], (n,), generator=gen) for n in lengths]
+    prompts = [torch.randint(0, g.vocab, (n,), generator=gen) for n in lengths]
     pages = -(-(max(lengths) + tokens) // BLOCK)
     tables = torch.randperm(rows * pages + 7, generator=gen)[: rows * pages].view(rows, pages).to(torch.int32)
     kv = allocate_kv_cache(g, BLOCK, torch.float64, rows * pages + 7, "cpu")
-    new = torch.randint(0, g["vocab"], (rows, tokens), generator=gen)
+    new = torch.randint(0, g.vocab, (rows, tokens), generator=gen)
     positions = torch.tensor(lengths)[:, None] + torch.arange(tokens)[None, :]
     with torch.no_grad():
         caches, _ = prefill(model, prompts)

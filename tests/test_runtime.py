@@ -188,7 +188,7 @@ def test_a_broken_checkpoint_is_named(tmp_path):
 
 
 def test_kv_caches_in_vllm_layouts_bind_in_place(geometry):
-    layers, shape = geometry["layers"], (10, 16, geometry["kv_heads"], geometry["head_dim"])
+    layers, shape = geometry.layers, (10, 16, geometry.kv_heads, geometry.head_dim)
     ours = allocate_kv_cache(geometry, 16, torch.bfloat16, 10, "cpu")
     assert as_kv_cache(ours, geometry, 16, torch.bfloat16, "cpu") == ours
     vllm = [torch.zeros((2, *shape), dtype=torch.bfloat16) for _ in range(layers)]
@@ -200,7 +200,7 @@ def test_kv_caches_in_vllm_layouts_bind_in_place(geometry):
 
 
 def test_kv_caches_that_do_not_fit_are_named(geometry):
-    layers, shape = geometry["layers"], (10, 16, geometry["kv_heads"], geometry["head_dim"])
+    layers, shape = geometry.layers, (10, 16, geometry.kv_heads, geometry.head_dim)
 
     def cache(make):
         return KVCache(tuple(make() for _ in range(layers)), tuple(make() for _ in range(layers)))

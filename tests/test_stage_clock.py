@@ -16,7 +16,7 @@ def test_a_clock_build_clocks_every_stage_and_keeps_its_contracts(tmp_path):
     _, clocked = compile_tiny(tmp_path, "--stage-clock")
     assert clocked.parent.name == "tiny-clock"
     manifest = read_manifest(clocked)
-    assert manifest.deployment["stage_clock"] is True
+    assert manifest.deployment.stage_clock is True
     for p in manifest.programs:
         ptx = (clocked / "ir" / f"{p.name}.ptx").read_text()
         names = [a.name for a in p.args]

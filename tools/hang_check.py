@@ -31,7 +31,9 @@ def main() -> int:
     print(f"clean step: {1e3 * (time.perf_counter() - t0):.1f} ms, no timeout")
     band = step.band_for(1, 1)
     layer0 = next(k for k, launch in enumerate(band.spec.launches) if launch.layer == 0)
-    band.buffers.counters[layer0, 1] -= 5  # five signals of attn → combine lost
+    program = pkg.manifest.program(band.spec.launches[layer0].program)
+    edge = next(e.counter for e in program.syncs if (e.producer, e.consumer) == ("attn", "combine"))
+    band.buffers.counters[layer0, edge] -= 5  # five signals of attn → combine lost
     t0 = time.perf_counter()
     try:
         step(*args)

@@ -40,7 +40,7 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
     config_json = REPO / "recipes" / "configs" / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
     bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device)
     ref = hf_model(config_json, sd, torch.float32, pkg.device)
-    bs, vocab = pkg.block_size, pkg.geometry["vocab"]
+    bs, vocab = pkg.block_size, pkg.geometry.vocab
     result = {"package": str(package_dir), "modes": list(pkg.modes), "runs": []}
     gen = torch.Generator().manual_seed(seed)
     for rows in rows_list:

@@ -56,6 +56,10 @@ def happens_before(p: ProgramSpec) -> list[Violation]:
     out = []
     order = {s.name: i for i, s in enumerate(p.stages)}
     for e in p.syncs:
+        if not 0 <= e.counter < p.counters:
+            out.append(Violation(p.name, f"sync {e.producer}→{e.consumer}", "C1",
+                                 f"counter {e.counter} lies outside the launch's block of {p.counters}: its signals "
+                                 "land in another launch's counters, and its waits read them"))
         if e.signals_per_epoch != p.grid:
             out.append(Violation(p.name, f"sync {e.producer}→{e.consumer}", "C1",
                                  f"the wait target counts {e.signals_per_epoch} signals per epoch but all {p.grid} "
@@ -154,7 +158,7 @@ def epochs(p: ProgramSpec, manifest: Manifest) -> list[Violation]:
         return []
     types = {a.name: a.type for a in p.args}
     limit = INT64_MAX if types.get("counters") == "*i64" else INT32_MAX
-    steps = manifest.deployment.get("lifetime_steps", 0)
+    steps = manifest.deployment.lifetime_steps
     most = max(e.signals_per_epoch for e in p.syncs)
     if (steps + 1) * most > limit:
         return [Violation(p.name, "counters", "C5",

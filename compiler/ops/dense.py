@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...schema import Arg, Region
+from ...schema import Arg, DtypeRoles, Region
 from .spec import Need, Op, WeightStream
 
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
@@ -31,8 +31,7 @@ class LayerShape:
     qk_norm: bool
     rows: int
     tokens: int
-    w_dtype: str  # weights and the activations stored for a GEMV (x̂, attn_out, h)
-    kv_dtype: str
+    dtypes: DtypeRoles
     w_bytes: int
     kv_bytes: int
     grid: int
@@ -108,16 +107,16 @@ def layer_regions(s: LayerShape) -> dict[str, Region]:
     regions = [
         Region("x_in", "io", "fp32", (s.down_split, m, h), None, ()),
         Region("qkv", "scratch", "fp32", (s.qkv_split, m, s.qkv_rows), "qkv", ()),
-        Region("k_cache", "kv_cache", s.kv_dtype, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
-        Region("v_cache", "kv_cache", s.kv_dtype, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
+        Region("k_cache", "kv_cache", s.dtypes.kv, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
+        Region("v_cache", "kv_cache", s.dtypes.kv, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
         Region("part_acc", "scratch", "fp32", (m, s.q_heads, s.splits, d), "attn", ()),
         Region("part_ml", "scratch", "fp32", (m, s.q_heads, s.splits, 2), "attn", ()),
-        # attn_out and h only feed a GEMV, which casts them to the weight dtype: stored in it.
-        Region("attn_out", "scratch", s.w_dtype, (m, s.q_heads * d), "combine", ()),
+        # attn_out, h and x̂ only feed a GEMV: stored in the activation dtype its product takes.
+        Region("attn_out", "scratch", s.dtypes.activations, (m, s.q_heads * d), "combine", ()),
         Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()),
-        Region("h", "scratch", s.w_dtype, (m, s.intermediate), "up", ()),
-        x_hat("x_hat_qkv", qkv_in, "qkv", s.w_dtype, m, h, s.grid, s.norm_stages),
-        x_hat("x_hat_up", up_in, "up", s.w_dtype, m, h, s.grid, s.norm_stages),
+        Region("h", "scratch", s.dtypes.activations, (m, s.intermediate), "up", ()),
+        x_hat("x_hat_qkv", qkv_in, "qkv", s.dtypes.activations, m, h, s.grid, s.norm_stages),
+        x_hat("x_hat_up", up_in, "up", s.dtypes.activations, m, h, s.grid, s.norm_stages),
         Region("x_out", "io", "fp32", (s.down_split, m, h), "down", ()),
     ]
     return {r.name: r for r in regions}
@@ -128,7 +127,7 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
     p = dict(s.params)
     r = layer_regions(s)
     arg = {name: region_arg(region) for name, region in r.items()}
-    w, h, d, m = s.w_dtype, s.hidden, s.head_dim, s.m
+    w, h, d, m = s.dtypes.weights, s.hidden, s.head_dim, s.m
     wt = lambda name: tensor(name, w, "layer_weight")  # noqa: E731
     attn_norm, mlp_norm = wt("attn_norm"), wt("mlp_norm")
     wb, kvb = s.w_bytes, s.kv_bytes

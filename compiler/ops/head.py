@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...schema import Region
+from ...schema import DtypeRoles, Region
 from .dense import region_arg, tensor, x_hat
 from .spec import Need, Op, WeightStream
 
@@ -17,7 +17,7 @@ class HeadShape:
     hidden: int
     vocab: int
     m: int
-    w_dtype: str
+    dtypes: DtypeRoles
     w_bytes: int
     grid: int
     block_n: int
@@ -45,7 +45,7 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
     logits_in = "norm" if s.norm_stage else "logits"
     regions = [Region("x_in", "io", "fp32", (s.x_parts, s.m, s.hidden), None, ()),
                Region("logits", "io", "fp32", (s.m, s.vocab), "logits", (), CTA_LOCAL if s.greedy else None),
-               x_hat("x_hat", logits_in, "logits", s.w_dtype, s.m, s.hidden, s.grid, s.norm_stage)]
+               x_hat("x_hat", logits_in, "logits", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stage)]
     if s.greedy:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
@@ -58,7 +58,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
     r = head_regions(s)
     arg = {name: region_arg(region) for name, region in r.items()}
     h, wb = s.hidden, s.w_bytes
-    final_norm = tensor("final_norm", s.w_dtype, "model_weight")
+    final_norm = tensor("final_norm", s.dtypes.weights, "model_weight")
     ops = []
     if s.norm_stage:
         ops.append(Op("norm", "norm_op", None, s.m, "(token row): x̂ = RMSNorm(x), read by every logits task",
@@ -74,7 +74,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         "logits", "logits_op", "gemv_prefetch", s.tiles,
         f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
-         ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.w_dtype, "model_weight")),
+         ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
          ("logits", arg["logits"]), *greedy, ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
          ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),
