@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device-machine session: install the checkout (no deps: the GPU image brings torch,
+# One device-machine call: install the checkout (no deps: the GPU image brings torch,
 # cuda-bindings, transformers), then the GPU tests, the transformers check and the bench over
 # packages compiled on the CPU machine. Usage: tools/gpu_session.sh PACKAGES_DIR STAGES...
 # Stages: tests, check:<models>:<rows>:<steps>, bench:<recipe>:<contexts>[:<bands>[:<flags>]],

@@ -6,7 +6,7 @@ then on the GPU::
     python tools/stage_clock.py PACKAGE [--band r1t1] [--context 1024] [--mode persistent] [--eager] [--save clock.pt]
 
 Runs the step a few times — replays of a CUDA graph, as ``monobuild bench`` times it, or with
-``--eager`` launch by launch (whose launch boundaries cost more: the eleventh session's clocks of
+``--eager`` launch by launch (whose launch boundaries cost more: the 2026-12-01 clocks of
 eager steps put 2.6 µs at each, docs/PERFORMANCE.md) — then prints per program stage, over the
 launches that ran it:
 the span (first CTA's start to last CTA's end, summed), the work per CTA and the wait before it
