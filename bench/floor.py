@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..runtime.manifest import Manifest
+from ..manifest import Manifest
 from ..schema import Arg, Band
 
 CHUNK_INTS = 4096  # int32 a CTA loads per pipeline stage: 16 KB, 8 × 16-byte vectors a thread at 4 warps

@@ -7,7 +7,7 @@ side computes the same from the plan; a CPU test holds them equal).
 
 from __future__ import annotations
 
-from ..runtime.manifest import Manifest
+from ..manifest import Manifest
 from ..schema import Band
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from ..compiler.errors import CompileError, InputError, Refusal
-from ..runtime.manifest import PackageError
+from ..manifest import PackageError
 
 EXIT_BAD_INPUT = 2
 
@@ -127,7 +127,7 @@ def plan(recipe, as_json, bandwidth, context):
 @_one_line_errors
 def inspect(package, as_json):
     """List PACKAGE's programs: resources, occupancy and fingerprints."""
-    from ..runtime.manifest import read_manifest
+    from ..manifest import read_manifest
     from .report import inspect_json, inspect_text
 
     manifest = read_manifest(package)

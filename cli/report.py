@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..compiler.plan import Plan
-from ..runtime.manifest import Manifest
+from ..manifest import Manifest
 
 
 def _mb(n: int) -> str:

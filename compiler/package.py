@@ -16,7 +16,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
-from ..runtime.manifest import MANIFEST_FORMAT
+from ..manifest import MANIFEST_FORMAT
 from .emit import Program
 from .plan import Plan, ProgramPlan
 from .toolchain import CodeObject

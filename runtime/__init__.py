@@ -8,10 +8,10 @@ Imports torch and the GPU vendor's driver binding only (never Triton or the comp
     next_ids = step(input_ids, positions, block_tables, context_lens)
 """
 
+from ..manifest import PackageError, read_manifest
 from .checkpoint import CheckpointError, SafetensorsCheckpoint
 from .hangs import WaitTimeout
 from .kvcache import KVCache, KVCacheError
-from .manifest import PackageError, read_manifest
 from .package import DeviceRefused, Package, load
 from .step import DecodeStep, StepInputError
 from .weights import WeightError

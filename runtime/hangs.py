@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .manifest import Manifest, StepSpec
+from ..manifest import Manifest, StepSpec
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import torch
 
+from ..manifest import Manifest, PackageError, ProgramSpec, read_manifest
 from ..schema import Geometry
 from .buffers import TORCH_DTYPES
 from .checkpoint import SafetensorsCheckpoint
 from .kvcache import KVCache, allocate_kv_cache, as_kv_cache
-from .manifest import Manifest, PackageError, ProgramSpec, read_manifest
 from .weights import PackedWeights, pack_hf_state_dict
 
 

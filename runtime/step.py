@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import torch
 
+from ..manifest import StepSpec
 from .buffers import StepBuffers, StepInputs
 from .hangs import check_hang_log
 from .kvcache import KVCache
-from .manifest import StepSpec
 from .params import ParamBlock
 from .rope import rope_table
 from .weights import ALIGNMENT, PackedWeights

@@ -197,3 +197,32 @@ def test_a_persistent_program_with_a_stack_frame_is_refused(tiny_packages, tmp_p
              for p in plan.programs}
     assert codes["layer.r2t1.persistent"].resources.stack_bytes == 24
     build_module._refuse_unservable(profiling, plan, codes)  # no exception
+
+
+def test_compile_and_check_need_no_torch(tiny_packages, tmp_path):
+    """An image build has the compiler and no torch: with torch unimportable, compile (through the
+    cache) and check run, and nothing imports the runtime's torch side."""
+    import subprocess
+    import sys
+    import textwrap
+
+    recipe, root, _ = tiny_packages
+    script = textwrap.dedent(f"""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "torch" or name.startswith("torch."):
+                    raise ImportError(f"{{name}} is blocked")
+        sys.meta_path.insert(0, Block())
+        from monobuild.cli.main import main
+        for argv in (["compile", {str(recipe)!r}, "--out", {str(tmp_path)!r}, "--cache", {str(root / "cache-a")!r}],
+                     ["check", {str(tmp_path / "tiny" / "sm_90")!r}]):
+            try:
+                main(argv, standalone_mode=False)
+            except SystemExit as e:
+                assert not e.code, e.code
+        assert "torch" not in sys.modules and "monobuild.runtime" not in sys.modules
+    """)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "from cache" in out.stdout + out.stderr and "every contract holds" in out.stdout

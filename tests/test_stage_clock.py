@@ -6,7 +6,7 @@ from click.testing import CliRunner
 
 from monobuild.bench.clock import placement, stage_rows
 from monobuild.cli.main import main
-from monobuild.runtime.manifest import read_manifest
+from monobuild.manifest import read_manifest
 
 from .conftest import compile_tiny
 

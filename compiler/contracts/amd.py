@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...runtime.manifest import ProgramSpec
+from ...manifest import ProgramSpec
 from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .violations import Violation
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...runtime.manifest import Manifest, ProgramSpec, read_manifest
+from ...manifest import Manifest, ProgramSpec, read_manifest
 from ..errors import InputError
 from ..resources import amd_resources, nvidia_resources
 from ..targets import TARGETS

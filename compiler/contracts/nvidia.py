@@ -8,7 +8,7 @@ from, through the register dataflow.
 
 from __future__ import annotations
 
-from ...runtime.manifest import ProgramSpec
+from ...manifest import ProgramSpec
 from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .ptx import Instr, Ptx
 from .violations import Violation

@@ -8,7 +8,7 @@ consecutive pair of stages from w to r (release/acquire chains are cumulative).
 
 from __future__ import annotations
 
-from ...runtime.manifest import Manifest, ProgramSpec
+from ...manifest import Manifest, ProgramSpec
 from .violations import Violation
 
 INT64_MAX = 2**63 - 1

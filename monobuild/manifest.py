@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..schema import Arg, Band, Geometry, PackageDeployment, Region, Stage, SyncEdge
+from .schema import Arg, Band, Geometry, PackageDeployment, Region, Stage, SyncEdge
 
 MANIFEST_FORMAT = 2
 
