@@ -93,6 +93,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise InputError(source, "hidden_act", f"only silu is served, got {act!r}")
+    _refuse_quantized(cfg, source)
     for moe_key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if cfg.get(moe_key):
             raise InputError(source, moe_key, "mixture-of-experts layers are not served yet")
@@ -134,6 +135,20 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         qk_norm=qk_norm,
         max_positions=max_positions,
     )
+
+
+def _refuse_quantized(cfg: dict, source: str) -> None:
+    """A quantized checkpoint is refused, naming its method: the programs read bf16 or fp32
+    weights, and planning a quantized model as if it were bf16 would bind its e4m3 or int4 tensors
+    as something they are not (a wrong answer, not an error)."""
+    for key in ("quantization_config", "compression_config"):
+        q = cfg.get(key)
+        if q is None:
+            continue
+        method = q.get("quant_method", q.get("format")) if isinstance(q, dict) else None
+        what = f"{method!r} quantization" if method else "quantization"
+        raise InputError(source, key, f"{what} is not served: the programs read bf16 or fp32 weights (a "
+                                      "dequantized checkpoint is); FP8 block-scaled weights are planned")
 
 
 def load_geometry(path: Path) -> Geometry:

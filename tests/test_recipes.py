@@ -103,6 +103,21 @@ def test_unsupported_geometry(tiny_recipe, tmp_path):
     assert "num_key_value_heads" in _error(tiny_recipe)
 
 
+@pytest.mark.parametrize("key,config,method", [
+    ("quantization_config", {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
+                             "activation_scheme": "dynamic"}, "'fp8'"),
+    ("quantization_config", {"quant_method": "awq", "bits": 4}, "'awq'"),
+    ("compression_config", {"format": "pack-quantized"}, "'pack-quantized'"),
+])
+def test_a_quantized_checkpoint_is_refused_naming_its_method(tiny_recipe, tmp_path, key, config, method):
+    """Planned as bf16, a quantized checkpoint would bind its tensors as what they are not."""
+    cfg = json.loads((tmp_path / "tiny-llama.json").read_text())
+    cfg[key] = config
+    (tmp_path / "tiny-llama.json").write_text(json.dumps(cfg))
+    message = _error(tiny_recipe)
+    assert f"tiny-llama.json: {key}" in message and method in message and "not served" in message
+
+
 def test_transformers5_rope_parameters(tiny_recipe, tmp_path):
     cfg = json.loads((tmp_path / "tiny-llama.json").read_text())
     cfg["rope_parameters"] = dict(cfg.pop("rope_scaling"), rope_theta=cfg.pop("rope_theta"))
