@@ -14,6 +14,7 @@ from pathlib import Path
 
 from ..schema import Geometry, RopeScaling
 from .errors import InputError
+from .inputs import read_text, show
 
 #: model_type → (q/k/v bias, per-head q/k norm). Anything else is refused.
 FAMILIES: dict[str, tuple[bool, bool]] = {
@@ -23,6 +24,12 @@ FAMILIES: dict[str, tuple[bool, bool]] = {
     "qwen3": (False, True),
 }
 ROPE_KINDS = ("default", "llama3")
+#: The largest value each size field may take: past these a model is not one the programs can
+#: build (their index arithmetic is 32-bit per tensor, below) or planning it would take unbounded
+#: time and memory (a step's launches grow with the layers, the RoPE table with the positions).
+LIMITS = {"hidden_size": 1 << 16, "num_hidden_layers": 1024, "num_attention_heads": 1024, "num_key_value_heads": 1024,
+          "head_dim": 512, "intermediate_size": 1 << 20, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24}
+MAX_TENSOR_ELEMS = 1 << 31  # a weight tensor's elements: the programs address a tensor with 32-bit offsets
 
 
 def _field(cfg: dict, source: str, name: str, kind: type, *, default=None, required=True):
@@ -33,13 +40,28 @@ def _field(cfg: dict, source: str, name: str, kind: type, *, default=None, requi
     value = cfg[name]
     if kind is float and isinstance(value, int) and not isinstance(value, bool):
         value = float(value)
-    if kind is int and isinstance(value, float) and value.is_integer():
+    if kind is int and isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        raise InputError(source, name, f"expected {kind.__name__}, got {value!r}")
-    if kind in (int, float) and value <= 0:
-        raise InputError(source, name, f"must be positive, got {value!r}")
+        raise InputError(source, name, f"expected {kind.__name__}, got {show(value)}")
+    return _positive(source, name, value) if kind in (int, float) else value
+
+
+def _positive(source: str, name: str, value):
+    """A finite, positive number, at most the field's LIMITS entry."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InputError(source, name, f"must be finite, got {value!r}")
+    if value <= 0:
+        raise InputError(source, name, f"must be positive, got {show(value)}")
+    if value > LIMITS.get(name, math.inf):
+        raise InputError(source, name, f"{show(value)} is past the largest served, {LIMITS[name]}")
     return value
+
+
+def _number(source: str, name: str, value) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        raise InputError(source, name, f"expected a positive number, got {show(value)}")
+    return float(_positive(source, name, float(value)))
 
 
 def _rope(cfg: dict, source: str) -> tuple[float, str, RopeScaling | None]:
@@ -50,29 +72,28 @@ def _rope(cfg: dict, source: str) -> tuple[float, str, RopeScaling | None]:
     key = "rope_parameters" if params is not None else "rope_scaling"
     theta_src = params if params is not None and "rope_theta" in params else cfg
     theta_key = f"{key}.rope_theta" if theta_src is params else "rope_theta"
-    theta = theta_src.get("rope_theta", 10000.0)
-    if not isinstance(theta, (int, float)) or isinstance(theta, bool) or theta <= 0:
-        raise InputError(source, theta_key, f"expected a positive number, got {theta!r}")
+    theta = _number(source, theta_key, theta_src.get("rope_theta", 10000.0))
     if scaling is None:
         return float(theta), "default", None
     if not isinstance(scaling, dict):
         raise InputError(source, key, "expected a mapping or null")
     kind = scaling.get("rope_type", scaling.get("type", "default"))
     if kind not in ROPE_KINDS:
-        raise InputError(source, f"{key}.rope_type", f"unsupported RoPE kind {kind!r} (served: {', '.join(ROPE_KINDS)})")
+        raise InputError(source, f"{key}.rope_type", f"unsupported RoPE kind {show(kind)} (served: "
+                                                     f"{', '.join(ROPE_KINDS)})")
     if kind == "default":
         return float(theta), "default", None
-    try:
-        rs = RopeScaling(
-            factor=float(scaling["factor"]),
-            low_freq_factor=float(scaling["low_freq_factor"]),
-            high_freq_factor=float(scaling["high_freq_factor"]),
-            original_max_position_embeddings=int(scaling["original_max_position_embeddings"]),
-        )
-    except KeyError as e:
-        raise InputError(source, f"{key}.{e.args[0]}", "missing (needed by llama3 RoPE)") from None
-    except (TypeError, ValueError) as e:
-        raise InputError(source, key, f"malformed llama3 RoPE parameters: {e}") from None
+    values = {}
+    for name in ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"):
+        if name not in scaling:
+            raise InputError(source, f"{key}.{name}", "missing (needed by llama3 RoPE)")
+        values[name] = _number(source, f"{key}.{name}", scaling[name])
+    if not values["original_max_position_embeddings"].is_integer():
+        raise InputError(source, f"{key}.original_max_position_embeddings", "expected an integer")
+    if values["high_freq_factor"] <= values["low_freq_factor"]:
+        raise InputError(source, f"{key}.high_freq_factor", "must exceed low_freq_factor")
+    rs = RopeScaling(values["factor"], values["low_freq_factor"], values["high_freq_factor"],
+                     int(values["original_max_position_embeddings"]))
     return float(theta), "llama3", rs
 
 
@@ -81,9 +102,9 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     if not isinstance(cfg, dict):
         raise InputError(source, None, "expected a JSON object")
     family = cfg.get("model_type")
-    if family not in FAMILIES:
+    if not isinstance(family, str) or family not in FAMILIES:
         raise InputError(
-            source, "model_type", f"unknown family {family!r} (served: {', '.join(sorted(FAMILIES))})"
+            source, "model_type", f"unknown family {show(family)} (served: {', '.join(sorted(FAMILIES))})"
         )
     qkv_bias, qk_norm = FAMILIES[family]
     if family != "qwen2" and cfg.get("attention_bias"):
@@ -92,7 +113,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         raise InputError(source, "mlp_bias", "MLP biases are not served")
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
-        raise InputError(source, "hidden_act", f"only silu is served, got {act!r}")
+        raise InputError(source, "hidden_act", f"only silu is served, got {show(act)}")
     _refuse_quantized(cfg, source)
     for moe_key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if cfg.get(moe_key):
@@ -101,7 +122,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     hidden = _field(cfg, source, "hidden_size", int)
     q_heads = _field(cfg, source, "num_attention_heads", int)
     kv_heads = _field(cfg, source, "num_key_value_heads", int, default=q_heads)
-    head_dim = _field(cfg, source, "head_dim", int, default=hidden // q_heads)
+    head_dim = _positive(source, "head_dim", _field(cfg, source, "head_dim", int, default=hidden // q_heads))
     if q_heads % kv_heads:
         raise InputError(source, "num_key_value_heads", f"{kv_heads} does not divide {q_heads} query heads")
     if head_dim % 16 or head_dim & (head_dim - 1):
@@ -117,6 +138,12 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         raise InputError(source, "sliding_window", "sliding-window attention is not served")
     theta, rope_kind, rope_scaling = _rope(cfg, source)
     max_positions = _field(cfg, source, "max_position_embeddings", int)
+    vocab = _field(cfg, source, "vocab_size", int)
+    for name, rows in (("vocab_size", vocab), ("intermediate_size", 2 * intermediate),
+                       ("num_attention_heads", (q_heads + 2 * kv_heads) * head_dim)):
+        if rows * hidden >= MAX_TENSOR_ELEMS:
+            raise InputError(source, name, f"a weight tensor of {rows} × {hidden} elements is past the 2³¹ the "
+                                           "programs address")
     return Geometry(
         family=family,
         hidden=hidden,
@@ -125,12 +152,12 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         kv_heads=kv_heads,
         head_dim=head_dim,
         intermediate=intermediate,
-        vocab=_field(cfg, source, "vocab_size", int),
+        vocab=vocab,
         norm_eps=_field(cfg, source, "rms_norm_eps", float),
         rope_theta=theta,
         rope_kind=rope_kind,
         rope_scaling=rope_scaling,
-        tied_head=bool(cfg.get("tie_word_embeddings", False)),
+        tied_head=_field(cfg, source, "tie_word_embeddings", bool, default=False, required=False) or False,
         qkv_bias=qkv_bias,
         qk_norm=qk_norm,
         max_positions=max_positions,
@@ -146,22 +173,19 @@ def _refuse_quantized(cfg: dict, source: str) -> None:
         if q is None:
             continue
         method = q.get("quant_method", q.get("format")) if isinstance(q, dict) else None
-        what = f"{method!r} quantization" if method else "quantization"
+        what = f"{show(method)} quantization" if method else "quantization"
         raise InputError(source, key, f"{what} is not served: the programs read bf16 or fp32 weights (a "
                                       "dequantized checkpoint is); FP8 block-scaled weights are planned")
 
 
 def load_geometry(path: Path) -> Geometry:
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise InputError(path, None, "file not found") from None
-    except OSError as e:
-        raise InputError(path, None, f"cannot read: {e.strerror}") from None
+    text = read_text(Path(path), "config.json")
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise InputError(path, None, f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise InputError(path, None, "malformed JSON: nested too deeply") from None
     return geometry_from_config(cfg, str(path))
 
 

@@ -8,6 +8,7 @@ names the file and the field.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,12 +17,15 @@ import yaml
 from ..schema import Band, DtypeRoles, KVLayout, PackageDeployment
 from .errors import InputError, Refusal
 from .geometry import Geometry, is_pow2, load_geometry
+from .inputs import package_name, read_text, show
 from .targets import TARGETS, Target
 
 DTYPES = ("bf16", "fp32")
 HEADS = ("logits", "ids")
 MODES = ("persistent", "staged")
 MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16
+MAX_SM_COUNT = 1024  # SMs or CUs of one device: the grid is a multiple of it
+MAX_CONTEXT = 1 << 20  # tokens per row: the runtime's RoPE table holds a row per position
 
 
 @dataclass(frozen=True)
@@ -69,32 +73,34 @@ _KNOWN_KEYS = {
 }
 
 
-def _int(src: str, field: str, value, *, minimum: int = 1) -> int:
-    if isinstance(value, float) and value.is_integer():
+def _int(src: str, field: str, value, *, minimum: int = 1, maximum: int = 2**31 - 1) -> int:
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool):
-        raise InputError(src, field, f"expected an integer, got {value!r}")
+        raise InputError(src, field, f"expected an integer, got {show(value)}")
     if value < minimum:
-        raise InputError(src, field, f"must be ≥ {minimum}, got {value}")
+        raise InputError(src, field, f"must be ≥ {minimum}, got {show(value)}")
+    if value > maximum:
+        raise InputError(src, field, f"must be ≤ {maximum}, got {show(value)}")
     return value
 
 
 def _bool(src: str, field: str, value) -> bool:
     if not isinstance(value, bool):
-        raise InputError(src, field, f"expected true or false, got {value!r}")
+        raise InputError(src, field, f"expected true or false, got {show(value)}")
     return value
 
 
 def _choice(src: str, field: str, value, choices: tuple[str, ...]) -> str:
-    if value not in choices:
-        raise InputError(src, field, f"expected one of {', '.join(choices)}, got {value!r}")
+    if not isinstance(value, str) or value not in choices:
+        raise InputError(src, field, f"expected one of {', '.join(choices)}, got {show(value)}")
     return value
 
 
 def _bands(src: str, doc: dict) -> tuple[Band, ...]:
     rows = doc.get("bands")
-    if not isinstance(rows, list) or not rows:
-        raise InputError(src, "bands", "expected a non-empty list of rows per step, e.g. [1, 2, 4, 8]")
+    if not isinstance(rows, list) or not rows or len(rows) > MAX_ROWS:
+        raise InputError(src, "bands", f"expected a list of 1 to {MAX_ROWS} rows per step, e.g. [1, 2, 4, 8]")
     bands = [Band(_int(src, f"bands[{i}]", r)) for i, r in enumerate(rows)]
     verify = doc.get("verify")
     if verify is not None:
@@ -119,9 +125,9 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
     for key in ("target", "sm_count", "dtype", "kv_cache", "bands", "max_context", "head"):
         if key not in doc:
             raise InputError(src, key, "missing")
-    target = TARGETS.get(doc["target"])
+    target = TARGETS.get(doc["target"]) if isinstance(doc["target"], str) else None
     if target is None:
-        raise InputError(src, "target", f"unknown target {doc['target']!r} (served: {', '.join(TARGETS)})")
+        raise InputError(src, "target", f"unknown target {show(doc['target'])} (served: {', '.join(TARGETS)})")
     kv = doc["kv_cache"]
     if not isinstance(kv, dict):
         raise InputError(src, "kv_cache", "expected a mapping with dtype and block_size")
@@ -137,14 +143,14 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
     modes = tuple(_choice(src, f"modes[{i}]", m, MODES) for i, m in enumerate(modes))
     return Deployment(
         target=target,
-        sm_count=_int(src, "sm_count", doc["sm_count"]),
+        sm_count=_int(src, "sm_count", doc["sm_count"], maximum=MAX_SM_COUNT),
         dtype=_choice(src, "dtype", doc["dtype"], DTYPES),
         kv_cache=KVLayout(_choice(src, "kv_cache.dtype", kv.get("dtype"), DTYPES), block_size),
         bands=_bands(src, doc),
-        max_context=_int(src, "max_context", doc["max_context"], minimum=16),
+        max_context=_int(src, "max_context", doc["max_context"], minimum=16, maximum=MAX_CONTEXT),
         head=_choice(src, "head", doc["head"], HEADS),
         modes=tuple(sorted(set(modes), key=MODES.index)),
-        lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15)),
+        lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15), maximum=2**62),
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
         stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
     )
@@ -154,30 +160,34 @@ def load_recipe(path: str | Path) -> Recipe:
     """Read, validate and freeze a recipe; raise InputError or Refusal naming file and field."""
     path = Path(path)
     src = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(src, None, "file not found") from None
-    except (IsADirectoryError, OSError) as e:
-        raise InputError(src, None, f"cannot read: {e.strerror or e}") from None
+    name = package_name(src, path.stem)
+    text = read_text(path, "recipe")
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         raise InputError(src, None, f"malformed YAML{where}: {getattr(e, 'problem', e)}") from None
+    except RecursionError:
+        raise InputError(src, None, "malformed YAML: nested too deeply") from None
     if not isinstance(doc, dict):
         raise InputError(src, None, "expected a YAML mapping of recipe fields")
     config = doc.get("config")
     if not isinstance(config, str) or not config:
         raise InputError(src, "config", "missing: the path of the model's config.json, relative to the recipe")
-    config_path = (path.parent / config).resolve()
-    if not config_path.is_file():
-        raise InputError(src, "config", f"{config}: no such file (resolved against the recipe: {config_path})")
+    try:
+        config_path = (path.parent / config).resolve()
+        found = config_path.is_file()
+    except (OSError, RuntimeError, ValueError) as e:  # too long, a symlink loop, a NUL byte
+        why = getattr(e, "strerror", None) or str(e)[:80]
+        raise InputError(src, "config", f"{show(config)}: cannot resolve: {why}") from None
+    if not found:
+        raise InputError(src, "config", f"{show(config)}: no such file (resolved against the recipe: "
+                                        f"{show(str(config_path))})")
     geometry = load_geometry(config_path)
     deployment = deployment_from_doc(doc, src)
     _refuse_unserved(src, geometry, deployment)
-    return Recipe(path.stem, src, config, geometry, deployment)
+    return Recipe(name, src, config, geometry, deployment)
 
 
 def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, PackageDeployment, Region, Stage, SyncEdge
 
@@ -92,7 +92,8 @@ class Manifest:
 def _program(d: dict) -> ProgramSpec:
     return ProgramSpec(
         name=d["name"], kind=d["kind"], mode=d["mode"], band=Band(**d["band"]), symbol=d["symbol"],
-        code=d["code"], ir=tuple(sorted(d["ir"].items())), args=tuple(Arg(**a) for a in d["args"]),
+        code=_inside(d["code"]), ir=tuple(sorted((k, _inside(v)) for k, v in d["ir"].items())),
+        args=tuple(Arg(**a) for a in d["args"]),
         grid=d["grid"], block=d["block"], shared_bytes=d["shared_bytes"], launch_pdl=d["launch"]["pdl"],
         launch_cooperative=d["launch"]["cooperative"], pdl_wait=d["launch"]["pdl_wait"],
         stages=tuple(Stage(**s) for s in d["stages"]),
@@ -106,8 +107,17 @@ def _program(d: dict) -> ProgramSpec:
     )
 
 
+def _inside(rel) -> str:
+    """A path the manifest names, which must stay inside the package: relative, no '..'."""
+    if not isinstance(rel, str) or not rel or PurePosixPath(rel).is_absolute() or ".." in PurePosixPath(rel).parts:
+        raise ValueError(f"{rel!r} is not a path inside the package")
+    return rel
+
+
 def manifest_from_json(doc: dict) -> Manifest:
-    if doc.get("format") != MANIFEST_FORMAT:
+    if not isinstance(doc, dict):
+        raise PackageError("the manifest is not a JSON object")
+    if type(doc.get("format")) is not int or doc["format"] != MANIFEST_FORMAT:
         raise PackageError(f"manifest format {doc.get('format')!r} is not {MANIFEST_FORMAT}")
     return Manifest(
         recipe=doc["recipe"], target=doc["target"], sm_count=doc["sm_count"],
@@ -128,7 +138,9 @@ def read_manifest(package_dir: str | Path) -> Manifest:
         raise PackageError(f"{path}: not found (is {package_dir} a package directory?)") from None
     except json.JSONDecodeError as e:
         raise PackageError(f"{path}: malformed JSON at line {e.lineno}: {e.msg}") from None
+    except (OSError, UnicodeDecodeError, RecursionError) as e:
+        raise PackageError(f"{path}: cannot read: {getattr(e, 'strerror', None) or type(e).__name__}") from None
     try:
         return manifest_from_json(doc)
-    except (KeyError, TypeError, ValueError) as e:
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise PackageError(f"{path}: missing or malformed field {e}") from None
