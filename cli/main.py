@@ -43,7 +43,9 @@ def main():
 @main.command()
 @click.argument("recipes", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", "out_dir", required=True, type=click.Path(path_type=Path), help="Package root directory.")
-@click.option("--target", type=click.Choice(["sm_90", "gfx942", "gfx950"]), help="Compile for this target instead.")
+@click.option("--target", type=click.Choice(["sm_90", "gfx942", "gfx950"]),
+              help="Compile for this target instead (with --sm-count: its device's SMs or CUs).")
+@click.option("--sm-count", type=click.IntRange(1, 1024), help="SMs (NVIDIA) or CUs (AMD) of the device to plan for.")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
               help="Parallel compile processes.")
 @click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
@@ -58,7 +60,8 @@ def main():
               help="Use this schedule table instead of the shipped schedules/<target>.yaml (e.g. one "
                    "`monobuild tune --out` wrote, or an ablation).")
 @_one_line_errors
-def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins, stage_clock, schedule_path):  # noqa: A001 (the name)
+def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spins, stage_clock,  # noqa: A001 (the name)
+            schedule_path):
     """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
     from ..compiler.build import build, retarget, with_debug_waits, with_stage_clock
     from ..compiler.env import default_cache_dir
@@ -66,8 +69,8 @@ def compile(recipes, out_dir, target, jobs, cache_dir, debug_wait_spins, stage_c
     from ..compiler.schedule import read_schedule
 
     # validate all before writing
-    loaded = [with_stage_clock(with_debug_waits(retarget(load_recipe(path), target), debug_wait_spins), stage_clock)
-              for path in recipes]
+    loaded = [with_stage_clock(with_debug_waits(retarget(load_recipe(path), target, sm_count), debug_wait_spins),
+                               stage_clock) for path in recipes]
     schedule = read_schedule(schedule_path) if schedule_path else None
     cache_dir = cache_dir or default_cache_dir()
     for recipe in loaded:

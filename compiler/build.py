@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .cache import CodeCache, cache_key
 from .emit import Program, emit, emitter_digest
-from .errors import Refusal
+from .errors import InputError, Refusal
 from .package import write_package
 from .plan import Plan, plan_recipe
 from .recipe import Recipe
@@ -34,11 +34,20 @@ class BuildResult:
     cached: int  # cache hits
 
 
-def retarget(recipe: Recipe, target_name: str | None) -> Recipe:
-    """The recipe for another target (``--target``), keeping its SM/CU count."""
-    if target_name is None or target_name == recipe.deployment.target.name:
+def retarget(recipe: Recipe, target_name: str | None, sm_count: int | None = None) -> Recipe:
+    """The recipe for another target or device size (``--target``, ``--sm-count``).
+
+    The grids and attention splits are sized by the SM/CU count, and the runtime refuses a device
+    of another count: another target needs its own count (an sm_90 recipe's 132 SMs are no
+    gfx942 device's), so a target change without one is refused rather than guessed."""
+    d = recipe.deployment
+    target = TARGETS[target_name] if target_name else d.target
+    if target != d.target and sm_count is None:
+        raise InputError(recipe.source, "sm_count", f"{d.sm_count} is {d.target.name}'s; compiling for {target.name} "
+                                                    "needs that device's SM/CU count: give --sm-count")
+    if target == d.target and sm_count in (None, d.sm_count):
         return recipe
-    return replace(recipe, deployment=replace(recipe.deployment, target=TARGETS[target_name]))
+    return replace(recipe, deployment=replace(d, target=target, sm_count=sm_count or d.sm_count))
 
 
 def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:

@@ -131,6 +131,9 @@ def manifest_from_json(doc: dict) -> Manifest:
 
 
 def read_manifest(package_dir: str | Path) -> Manifest:
+    if Path(package_dir).is_file():
+        raise PackageError(f"{package_dir}: a file, not a package directory (a package is what monobuild compile "
+                           "writes; monobuild plan shows a recipe's programs)")
     path = Path(package_dir) / "manifest.json"
     try:
         doc = json.loads(path.read_text())

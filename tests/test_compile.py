@@ -38,7 +38,7 @@ def tiny_packages(tmp_path_factory):
     for target in ("sm_90", "gfx950"):
         for run in ("a", "b"):
             _compile([recipe, "--out", root / f"out-{run}", "--cache", root / f"cache-{run}", "--target", target,
-                      "--jobs", "2"])
+                      "--sm-count", 4, "--jobs", "2"])
         out[target] = (root / "out-a" / "tiny" / target, root / "out-b" / "tiny" / target)
     return recipe, root, out
 
@@ -226,3 +226,23 @@ def test_compile_and_check_need_no_torch(tiny_packages, tmp_path):
     out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "from cache" in out.stdout + out.stderr and "every contract holds" in out.stdout
+
+
+def test_another_target_needs_its_own_sm_count(tiny_recipe, tmp_path):
+    """An sm_90 recipe's SM count is no AMD device's: the runtime would refuse the package."""
+    result = _compile([tiny_recipe(), "--out", tmp_path / "out", "--target", "gfx942"], expect=2)
+    assert "sm_count: 4 is sm_90's" in result.output and "--sm-count" in result.output
+    assert not (tmp_path / "out").exists()
+
+
+def test_python_dash_m_monobuild_is_the_cli():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "monobuild", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "compile" in out.stdout and "check" in out.stdout
+
+
+def test_inspect_of_a_recipe_says_what_it_reads(tiny_recipe):
+    result = CliRunner().invoke(main, ["inspect", str(tiny_recipe())])
+    assert result.exit_code == 2 and "not a package directory" in result.output and "monobuild plan" in result.output

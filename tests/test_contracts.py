@@ -25,7 +25,7 @@ def packages(tmp_path_factory):
     from .conftest import compile_tiny
 
     root = tmp_path_factory.mktemp("contracts")
-    return {"sm_90": compile_tiny(root)[1], "gfx950": compile_tiny(root, "--target", "gfx950")[1],
+    return {"sm_90": compile_tiny(root)[1], "gfx950": compile_tiny(root, "--target", "gfx950", "--sm-count", "4")[1],
             "sm_90-debug": compile_tiny(root, "--debug-wait-spins", "1000")[1]}
 
 

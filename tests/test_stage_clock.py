@@ -31,7 +31,7 @@ def test_a_clock_build_clocks_every_stage_and_keeps_its_contracts(tmp_path):
     assert result.exit_code == 0, result.output
 
     result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "amd"), "--stage-clock",
-                                       "--target", "gfx942", "--cache", str(tmp_path / "cache")])
+                                       "--target", "gfx942", "--sm-count", "4", "--cache", str(tmp_path / "cache")])
     assert result.exit_code == 2 and "stage_clock" in result.output and "sm_90 only" in result.output
     assert not (tmp_path / "amd").exists()
 
