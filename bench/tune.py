@@ -187,7 +187,9 @@ class _BandSearch:
     def _build(self, key: tuple[tuple[str, int], ...]) -> Path | Refusal:
         out = self.scratch / f"candidate-{next(self._candidates)}"
         try:
-            return build(self.sub, out, self.cache_dir, self.jobs, schedule=self._table(dict(key))).package
+            # derive=False: a candidate that does not compile to a servable program is refused, not replaced
+            return build(self.sub, out, self.cache_dir, self.jobs, schedule=self._table(dict(key)),
+                         derive=False).package
         except Refusal as e:
             return e
 

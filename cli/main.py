@@ -78,6 +78,8 @@ def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spin
             result = build(recipe, out_dir, cache_dir, jobs, progress=report, schedule=schedule)
         click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
                    f"{result.cached} from cache)")
+        for note in result.derived:
+            click.echo(f"  schedule {note}")
 
 
 class _progress:

@@ -15,13 +15,15 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from ..schema import Band
 from .cache import CodeCache, cache_key
 from .emit import Program, emit, emitter_digest
 from .errors import InputError, Refusal
+from .fallback import LADDER, Derived, with_derived
 from .package import write_package
-from .plan import Plan, plan_recipe
+from .plan import Plan, ProgramPlan, plan_recipe
 from .recipe import Recipe
-from .schedule import Schedule
+from .schedule import Schedule, load_schedule
 from .targets import TARGETS, Target
 from .toolchain import CodeObject, compile_program
 
@@ -30,8 +32,9 @@ from .toolchain import CodeObject, compile_program
 class BuildResult:
     package: Path
     programs: int
-    compiled: int  # cache misses
+    compiled: int  # cache misses (of every plan tried)
     cached: int  # cache hits
+    derived: tuple[str, ...] = ()  # schedules the compiler derived where the table's did not serve
 
 
 def retarget(recipe: Recipe, target_name: str | None, sm_count: int | None = None) -> Recipe:
@@ -69,42 +72,83 @@ def _compile_one(args: tuple[Program, Target]) -> CodeObject:
     return compile_program(program, target)
 
 
-def _refuse_unservable(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> None:
-    """Refuse, before a package is written, a persistent program the compiled code cannot serve:
-    a grid it cannot hold co-resident would fail its cooperative launch (or, without it,
-    deadlock); state kept in local memory even with every register (the compile's second try)
-    breaks contract C3, which ``monobuild check`` would report only later, and which ``monobuild
-    tune`` must not write into a table. A profiling build is exempt from the second rule: its
-    clock stores may need a stack frame, and it is never served."""
+def _unservable(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> list[tuple[ProgramPlan, str, str]]:
+    """The persistent programs the compiled code cannot serve, each with what went wrong (short)
+    and the refusal's whole reason: a grid it cannot hold co-resident would fail its cooperative
+    launch (or, without it, deadlock); state kept in local memory even with every register (the
+    compile's second try) breaks contract C3, which ``monobuild check`` would report only later,
+    and which ``monobuild tune`` must not write into a table. A profiling build is exempt from the
+    second rule: its clock stores may need a stack frame, and it is never served."""
     d = recipe.deployment
+    out = []
     for p in plan.programs:
         if not p.launch_cooperative:
             continue
         r = codes[p.name].resources
         fits = r.ctas_per_unit * d.sm_count
         if p.grid > fits:
-            raise Refusal(recipe.source, f"{p.name}: the schedule asks for {p.grid} co-resident CTAs "
-                                         f"({p.schedule.ctas_per_sm} per SM/CU) but the compiled program fits {fits} "
-                                         f"({r.registers} registers, {r.shared_bytes} B shared memory); lower "
-                                         f"ctas_per_sm or block_k in schedules/{d.target.name}.yaml")
-        if (r.stack_bytes or r.spill_bytes) and not d.stage_clock:
-            raise Refusal(recipe.source, f"{p.name}: the compiled persistent program keeps {r.stack_bytes} B a thread "
-                                         f"in local memory at {r.registers} registers (a persistent program must "
-                                         f"not: contract C3); lower block_n, kv_tile, norm_rows or a pipeline depth "
-                                         f"(weight_stages, kv_stages, long_kv_stages) for this band "
-                                         f"in schedules/{d.target.name}.yaml")
+            out.append((p, f"fits {fits} of its {p.grid} co-resident CTAs",
+                        f"{p.name}: the schedule asks for {p.grid} co-resident CTAs ({p.schedule.ctas_per_sm} per "
+                        f"SM/CU) but the compiled program fits {fits} ({r.registers} registers, {r.shared_bytes} B "
+                        f"shared memory)"))
+        elif (r.stack_bytes or r.spill_bytes) and not d.stage_clock:
+            out.append((p, f"keeps {r.stack_bytes} B a thread in local memory",
+                        f"{p.name}: the compiled persistent program keeps {r.stack_bytes} B a thread in local memory "
+                        f"at {r.registers} registers (a persistent program must not: contract C3)"))
+    return out
+
+
+def _refuse_unservable(recipe: Recipe, plan: Plan, codes: dict[str, CodeObject]) -> None:
+    """Refuse the first unservable program (``_unservable``), with its reason."""
+    bad = _unservable(recipe, plan, codes)
+    if bad:
+        raise Refusal(recipe.source, bad[0][2])
 
 
 def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
-          progress: Callable[[int, int, str], None] | None = None, schedule: Schedule | None = None) -> BuildResult:
-    """Compile ``recipe`` into ``out_dir``; ``schedule`` replaces the target's shipped table (tuning)."""
+          progress: Callable[[int, int, str], None] | None = None, schedule: Schedule | None = None,
+          derive: bool = True) -> BuildResult:
+    """Compile ``recipe`` into ``out_dir``; ``schedule`` replaces the target's shipped table (tuning).
+
+    A persistent program the table's entry does not make servable gets a schedule the compiler
+    derives (``fallback.py``), unless ``derive`` is off (``monobuild tune``: a refused candidate
+    is a measurement, not something to replace)."""
     target = recipe.deployment.target
     if recipe.deployment.stage_clock and not target.is_nvidia:
         raise Refusal(recipe.source, f"stage_clock: profiling builds read the global timer with PTX (sm_90 only), "
                                      f"not {target.name}")
-    plan: Plan = plan_recipe(recipe, schedule)
+    table = schedule or load_schedule(target.name)
     digest = emitter_digest()
     cache = CodeCache(cache_dir)
+    derived: dict[tuple[str, Band], Derived] = {}
+    compiled = 0
+    while True:
+        plan = plan_recipe(recipe, with_derived(table, recipe.geometry.hidden, tuple(derived.values())))
+        programs, keys, codes, misses = _compile_plan(plan, target, cache, digest, jobs, progress)
+        compiled += misses
+        bad = _unservable(recipe, plan, codes)
+        if not bad:
+            break
+        for p, what, reason in bad:  # one rung further for each program that is still unservable
+            now = derived.get((p.kind, p.band))
+            rung = now.rung if now else 0
+            if not derive:
+                raise Refusal(recipe.source, f"{reason}; lower block_n, kv_tile, norm_rows, a pipeline depth or "
+                                             f"ctas_per_sm for {p.kind} {p.band.name}")
+            if rung == len(LADDER):
+                raise Refusal(recipe.source, f"{reason}, with the table's entry and every schedule the compiler "
+                                             f"derives (compiler/fallback.py); write an entry for {p.kind} "
+                                             f"{p.band.name} in schedules/{target.name}.yaml")
+            derived[(p.kind, p.band)] = Derived(p.kind, p.band, rung + 1, now.why if now else what)
+    package = write_package(out_dir, plan, programs, codes, keys)
+    return BuildResult(package, len(programs), compiled, len(programs) - misses,
+                       tuple(d.describe() for d in derived.values()))
+
+
+def _compile_plan(plan: Plan, target: Target, cache: CodeCache, digest: str, jobs: int,
+                  progress: Callable[[int, int, str], None] | None):
+    """Every program of ``plan``, from the cache or compiled (misses in ``jobs`` worker processes):
+    (programs, cache keys, code objects, how many were compiled)."""
     programs = {p.name: emit(p) for p in plan.programs}
     keys = {name: cache_key(prog, target, digest) for name, prog in programs.items()}
     codes: dict[str, CodeObject] = {}
@@ -136,6 +180,4 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
             futures = {pool.submit(_compile_one, item): key for key, item in work}
             for future in as_completed(futures):
                 finish(futures[future], future.result())
-    _refuse_unservable(recipe, plan, codes)
-    package = write_package(out_dir, plan, programs, codes, keys)
-    return BuildResult(package, len(programs), len(work), len(programs) - sum(len(v) for v in misses.values()))
+    return programs, keys, codes, sum(len(v) for v in misses.values())

@@ -127,8 +127,6 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         raise InputError(source, "num_key_value_heads", f"{kv_heads} does not divide {q_heads} query heads")
     if head_dim % 16 or head_dim & (head_dim - 1):
         raise InputError(source, "head_dim", f"must be a power of two ≥ 16, got {head_dim}")
-    if q_heads // kv_heads & (q_heads // kv_heads - 1):
-        raise InputError(source, "num_attention_heads", "the GQA group (query heads per KV head) must be a power of two")
     intermediate = _field(cfg, source, "intermediate_size", int)
     for name, value in (("hidden_size", hidden), ("intermediate_size", intermediate)):
         if value % 64:

@@ -60,7 +60,7 @@ def write_package(out_dir: Path, plan: Plan, programs: dict[str, Program], codes
             "format": MANIFEST_FORMAT, "recipe": recipe.name, "target": target.name,
             "sm_count": recipe.deployment.sm_count, "geometry": recipe.geometry.to_json(),
             "deployment": recipe.deployment.package_record().to_json(), "toolchain": dict(_toolchain()),
-            "programs": entries,
+            "schedule": plan.schedule_source, "programs": entries,
             "steps": [{"band": {"rows": s.band.rows, "tokens": s.band.tokens}, "mode": s.mode,
                        "launches": [{"program": x.program, "layer": x.layer} for x in s.launches]}
                       for s in plan.steps],

@@ -1,5 +1,6 @@
 """The compile pipeline end to end on CPU: code objects, manifest, cache, determinism, the CLI."""
 
+import dataclasses
 import json
 import os
 
@@ -144,47 +145,65 @@ def test_cache_dir_from_environment(tmp_path, monkeypatch):
     assert default_cache_dir().name == "monobuild" and os.fspath(default_cache_dir())
 
 
-def test_a_schedule_whose_grid_cannot_be_coresident_is_refused(tiny_recipe, tmp_path):
-    """The planner sizes persistent grids from the schedule; if the compiled code cannot hold that
-    many CTAs per SM, the build is refused with the reason before a package is written."""
+def test_a_grid_that_cannot_be_coresident_gets_a_derived_schedule(tiny_recipe, tmp_path):
+    """The planner sizes persistent grids from the schedule; where the compiled code cannot hold
+    that many CTAs per SM, the compiler derives a schedule that fits (compiler/fallback.py),
+    records it, and never writes the unservable one."""
     import dataclasses
 
     from monobuild.compiler.build import build
-    from monobuild.compiler.errors import Refusal
     from monobuild.compiler.schedule import load_schedule
+    from monobuild.manifest import read_manifest
 
     greedy = load_schedule("sm_90")
     greedy = dataclasses.replace(greedy, defaults=dataclasses.replace(greedy.defaults, ctas_per_sm=64))
     recipe = load_recipe(tiny_recipe(bands=[1], modes=["persistent"]))
-    with pytest.raises(Refusal, match=r"layer.r1t1.persistent: the schedule asks for 256 co-resident CTAs "
-                                      r"\(64 per SM/CU\) but the compiled program fits \d+"):
-        build(recipe, tmp_path / "out", tmp_path / "cache", schedule=greedy)
-    assert not (tmp_path / "out").exists()
+    result = build(recipe, tmp_path / "out", tmp_path / "cache", schedule=greedy)
+    assert any(n.startswith("layer r1t1: derived") and "one CTA per SM" in n and "fits" in n for n in result.derived)
+    manifest = read_manifest(result.package)
+    layer = next(p for p in manifest.programs if p.name == "layer.r1t1.persistent")
+    assert layer.grid == 4 and layer.resources.ctas_per_unit >= 1
+    assert "derived" in json.loads((result.package / "manifest.json").read_text())["schedule"]
 
 
-def test_a_persistent_program_with_a_stack_frame_is_refused(tiny_packages, tmp_path, monkeypatch):
-    """A persistent program that keeps state in local memory even at the full register budget
-    breaks C3: the build refuses it (so a tune cannot write it into a table) before a package is
-    written, except in a profiling build, whose clock stores may need the frame."""
+def _with_fake_stack(monkeypatch, when):
+    """Code objects of layer.r2t1.persistent report a stack frame where ``when(code)`` holds, from
+    the cache and from the compiler alike."""
     import dataclasses
 
+    from monobuild.compiler import build as build_module
+
+    def fake(code):
+        if code is not None and code.program == "layer.r2t1.persistent" and when(code):
+            return dataclasses.replace(code, resources=dataclasses.replace(code.resources, stack_bytes=24))
+        return code
+
+    real_get, real_compile = build_module.CodeCache.get, build_module._compile_one
+    monkeypatch.setattr(build_module.CodeCache, "get", lambda self, key, name: fake(real_get(self, key, name)))
+    monkeypatch.setattr(build_module, "_compile_one", lambda item: fake(real_compile(item)))
+    return fake
+
+
+def test_a_stack_frame_gets_a_derived_schedule_or_a_refusal(tiny_packages, tmp_path, monkeypatch):
+    """A persistent program that keeps state in local memory even at the full register budget
+    breaks C3: the compiler climbs its ladder of derived schedules for that program and band
+    (here the frame goes at 8 warps a CTA); where every rung keeps it, the build is refused before
+    a package is written (so a tune cannot write it into a table). A profiling build is exempt:
+    its clock stores may need the frame."""
     from monobuild.compiler import build as build_module
     from monobuild.compiler.errors import Refusal
     from monobuild.compiler.plan import plan_recipe as plan_of
 
     recipe_path, root, _ = tiny_packages
-    real_get = build_module.CodeCache.get
-
-    def with_stack(self, key, name):
-        code = real_get(self, key, name)
-        if code is not None and name == "layer.r2t1.persistent":
-            code = dataclasses.replace(code, resources=dataclasses.replace(code.resources, stack_bytes=24))
-        return code
-
-    monkeypatch.setattr(build_module.CodeCache, "get", with_stack)
     recipe = load_recipe(recipe_path)
+    _with_fake_stack(monkeypatch, lambda code: code.num_warps == 4)
+    result = build_module.build(recipe, tmp_path / "derived", root / "cache-a")
+    assert result.derived and result.derived[0].startswith("layer r2t1: derived") and "8 warps" in result.derived[0]
+    assert "keeps 24 B a thread in local memory" in result.derived[0]
+
+    fake = _with_fake_stack(monkeypatch, lambda code: True)
     with pytest.raises(Refusal, match=r"layer.r2t1.persistent: the compiled persistent program keeps 24 B a thread "
-                                      r"in local memory at \d+ registers .*contract C3"):
+                                      r"in local memory at \d+ registers .*contract C3.*every schedule the compiler"):
         build_module.build(recipe, tmp_path / "out", root / "cache-a")
     assert not (tmp_path / "out").exists()
 
@@ -192,9 +211,8 @@ def test_a_persistent_program_with_a_stack_frame_is_refused(tiny_packages, tmp_p
     plan = plan_of(recipe)
     cache = build_module.CodeCache(root / "cache-a")
     digest = build_module.emitter_digest()
-    codes = {p.name: with_stack(cache, build_module.cache_key(build_module.emit(p), recipe.deployment.target,
-                                                              digest), p.name)
-             for p in plan.programs}
+    codes = {p.name: fake(cache.get(build_module.cache_key(build_module.emit(p), recipe.deployment.target, digest),
+                                    p.name)) for p in plan.programs}
     assert codes["layer.r2t1.persistent"].resources.stack_bytes == 24
     build_module._refuse_unservable(profiling, plan, codes)  # no exception
 

@@ -23,6 +23,9 @@ import pytest
 
 CASES = [
     ("tiny-llama.json", "fp32", 1, 1, [77]),
+    # a GQA group of 3 (Qwen2.5's and Llama-3.2-3B's are 6, 7 and 3): the query rows pad to a power of two
+    ("tiny-qwen2-gqa3.json", "fp32", 2, 1, [77, 0]),
+    ("tiny-qwen2-gqa3.json", "bf16", 1, 6, [130]),
     ("tiny-llama.json", "bf16", 8, 1, [37, 0, 130, 5, 16, 64, 200, 1]),
     ("tiny-qwen3.json", "fp32", 4, 1, [100, 3, 0, 511]),
     ("tiny-qwen3.json", "bf16", 2, 1, [0, 250]),
@@ -57,6 +60,7 @@ CASES = [
     # the persistent programs on one CTA (their waits and signals, the epochs of two steps: each
     # step runs twice), the first stage a norm stage or qkv staging x̂ itself
     ("tiny-llama.json", "fp32", 2, 1, [70, 0], "persistent"),
+    ("tiny-qwen2-gqa3.json", "bf16", 2, 1, [50, 300], "persistent"),
     ("tiny-qwen3.json", "bf16", 1, 6, [90], "persistent"),
     ("tiny-llama.json", "bf16", 2, 1, [33, 120], "persistent_cta_staging"),
 ]

@@ -27,7 +27,7 @@ DATA = Path(__file__).parent / "data"
 BLOCK = 16
 
 
-@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json"])
+@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
