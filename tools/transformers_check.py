@@ -34,10 +34,11 @@ REPO = Path(__file__).resolve().parent.parent
 RATIO_BOUND = 1.5
 
 
-def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context: int, seed: int) -> dict:
+def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context: int, seed: int,
+                configs: Path = REPO / "recipes" / "configs") -> dict:
     pkg = runtime.load(package_dir)
     sd = random_state_dict(pkg, seed)
-    config_json = REPO / "recipes" / "configs" / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
+    config_json = configs / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
     bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device)
     ref = hf_model(config_json, sd, torch.float32, pkg.device)
     bs, vocab = pkg.block_size, pkg.geometry.vocab
@@ -131,12 +132,14 @@ def main() -> int:
     ap.add_argument("--max-context", type=int, default=4096)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--configs", type=Path, default=REPO / "recipes" / "configs",
+                    help="directory holding <model>.json (the models' config.json files)")
     args = ap.parse_args()
     torch.backends.cuda.matmul.allow_tf32 = False  # the reference is float32, not tf32
     results = []
     for model in args.models.split(","):
         results.append(check_model(args.packages / f"{model}-sm_90" / "sm_90", [int(r) for r in args.rows.split(",")],
-                                   args.steps, args.max_context, args.seed))
+                                   args.steps, args.max_context, args.seed, args.configs))
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     ok = all(m["pass"] for r in results for run in r["runs"] for m in run["modes"].values())
