@@ -1,11 +1,12 @@
 """A content-addressed cache of code objects.
 
-The key hashes, by name, everything that changes the code: the program's kernel, ABI,
-constexprs (which carry every recipe field and schedule entry that matters) and launch
-options; the target; a digest of the emitter's sources; the toolchain's version; and the
-cache format. The program's *name* is not in the key, so identical programs of different
-recipes share an entry. Entries are written to a private temporary directory and renamed into
-place, so concurrent or interrupted compiles never leave a partial entry.
+The key hashes, by name, everything that changes the code: the program's kernel source (which
+carries every recipe field and schedule entry that matters), ABI and launch options; the target;
+a digest of the emitter's sources; the toolchain's version; and the cache format. The program's
+*name* is not in the key, so identical programs of different recipes share an entry. Entries are
+written to a private temporary directory and renamed into place, so concurrent or interrupted
+compiles never leave a partial entry; each records the sha256 of its files, and one that does
+not match (truncated, bit-flipped, half-deleted) is discarded and compiled again, never shipped.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .resources import Resources
 from .targets import Target
 from .toolchain import CodeObject
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: every entry carries the sha256 of its files
 
 
 def toolchain_versions() -> tuple[tuple[str, str], ...]:
@@ -44,6 +45,13 @@ def cache_key(program: Program, target: Target, emitter_digest: str) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+def _digests(binary: bytes, ir) -> dict[str, str]:
+    """The sha256 of an entry's code object and of each IR text, so a corrupted entry is seen."""
+    out = {"code.bin": hashlib.sha256(binary).hexdigest()}
+    out.update({f"ir.{kind}": hashlib.sha256(text.encode()).hexdigest() for kind, text in ir})
+    return out
+
+
 class CodeCache:
     def __init__(self, root: Path):
         self.root = Path(root) / f"v{CACHE_FORMAT}"
@@ -53,17 +61,22 @@ class CodeCache:
 
     def get(self, key: str, program_name: str) -> CodeObject | None:
         entry = self._entry(key)
+        if not entry.exists():
+            return None
         try:
             meta = json.loads((entry / "meta.json").read_text())
             binary = (entry / "code.bin").read_bytes()
             ir = tuple((kind, (entry / f"ir.{kind}").read_text()) for kind in meta["ir"])
-        except (FileNotFoundError, json.JSONDecodeError, KeyError):
+            if meta["sha256"] != _digests(binary, ir):
+                raise ValueError("contents do not match their recorded sha256")
+            return CodeObject(
+                program=program_name, target=meta["target"], symbol=meta["symbol"], binary=binary, ir=ir,
+                shared_bytes=meta["shared_bytes"], num_warps=meta["num_warps"],
+                resources=Resources(**meta["resources"]), fingerprint=meta["fingerprint"],
+            )
+        except (OSError, ValueError, KeyError, TypeError):  # truncated, flipped, half-deleted: rebuild it
+            shutil.rmtree(entry, ignore_errors=True)
             return None
-        return CodeObject(
-            program=program_name, target=meta["target"], symbol=meta["symbol"], binary=binary, ir=ir,
-            shared_bytes=meta["shared_bytes"], num_warps=meta["num_warps"],
-            resources=Resources(**meta["resources"]), fingerprint=meta["fingerprint"],
-        )
 
     def put(self, key: str, code: CodeObject) -> None:
         entry = self._entry(key)
@@ -79,6 +92,7 @@ class CodeCache:
                 "target": code.target, "symbol": code.symbol, "shared_bytes": code.shared_bytes,
                 "num_warps": code.num_warps, "resources": asdict(code.resources),
                 "fingerprint": code.fingerprint, "ir": [kind for kind, _ in code.ir],
+                "sha256": _digests(code.binary, code.ir),
             }
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))
             try:

@@ -9,6 +9,7 @@ directory beside its destination and renamed into place: a failed compile leaves
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -26,7 +27,8 @@ def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, 
     ir_files = {kind: f"ir/{p.name}.{kind}" for kind, _ in code.ir}
     return {
         "name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band),
-        "symbol": code.symbol, "code": f"code/{p.name}.{suffix}", "ir": ir_files,
+        "symbol": code.symbol, "code": f"code/{p.name}.{suffix}", "code_sha256": hashlib.sha256(code.binary).hexdigest(),
+        "ir": ir_files,
         "args": [asdict(a) for a in program.args], "grid": p.grid, "block": code.resources.threads,
         "shared_bytes": code.shared_bytes,
         "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative,

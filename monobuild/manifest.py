@@ -7,6 +7,7 @@ used here, so a serving image needs nothing of the compiler.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -38,6 +39,7 @@ class ProgramSpec:
     band: Band
     symbol: str
     code: str  # path of the code object, relative to the package
+    code_sha256: str  # its sha256: load and check refuse a code object that is not the one built
     ir: tuple[tuple[str, str], ...]  # (kind, relative path)
     args: tuple[Arg, ...]
     grid: int
@@ -92,7 +94,8 @@ class Manifest:
 def _program(d: dict) -> ProgramSpec:
     return ProgramSpec(
         name=d["name"], kind=d["kind"], mode=d["mode"], band=Band(**d["band"]), symbol=d["symbol"],
-        code=_inside(d["code"]), ir=tuple(sorted((k, _inside(v)) for k, v in d["ir"].items())),
+        code=_inside(d["code"]), code_sha256=d["code_sha256"],
+        ir=tuple(sorted((k, _inside(v)) for k, v in d["ir"].items())),
         args=tuple(Arg(**a) for a in d["args"]),
         grid=d["grid"], block=d["block"], shared_bytes=d["shared_bytes"], launch_pdl=d["launch"]["pdl"],
         launch_cooperative=d["launch"]["cooperative"], pdl_wait=d["launch"]["pdl_wait"],
@@ -128,6 +131,20 @@ def manifest_from_json(doc: dict) -> Manifest:
                              tuple(LaunchSpec(x["program"], x["layer"]) for x in s["launches"]))
                     for s in doc["steps"]),
     )
+
+
+def read_code(package_dir: str | Path, p: ProgramSpec) -> bytes:
+    """The code object of ``p``, checked against the manifest's sha256 (a stale, truncated or
+    tampered binary is refused, naming it)."""
+    code = Path(package_dir) / p.code
+    try:
+        binary = code.read_bytes()
+    except OSError:
+        raise PackageError(f"{code}: missing or unreadable (named by {p.name} in the manifest)") from None
+    if hashlib.sha256(binary).hexdigest() != p.code_sha256:
+        raise PackageError(f"{code}: not the code object the package was built with (its sha256 differs from the "
+                           f"manifest's): rebuild the package")
+    return binary
 
 
 def read_manifest(package_dir: str | Path) -> Manifest:

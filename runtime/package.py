@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from ..manifest import Manifest, PackageError, ProgramSpec, read_manifest
+from ..manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
 from ..schema import Geometry
 from .buffers import TORCH_DTYPES
 from .checkpoint import SafetensorsCheckpoint
@@ -163,9 +163,5 @@ def _cuda_device(device) -> torch.device:
 
 
 def _load_kernel(path: Path, p: ProgramSpec, kernel_class, pdl: bool):
-    code = path / p.code
-    try:
-        binary = code.read_bytes()
-    except FileNotFoundError:
-        raise PackageError(f"{code}: missing (named by {p.name} in the manifest)") from None
+    binary = read_code(path, p)
     return kernel_class(binary, p.symbol, p.grid, p.block, p.shared_bytes, p.launch_pdl and pdl, p.launch_cooperative)

@@ -264,3 +264,38 @@ def test_python_dash_m_monobuild_is_the_cli():
 def test_inspect_of_a_recipe_says_what_it_reads(tiny_recipe):
     result = CliRunner().invoke(main, ["inspect", str(tiny_recipe())])
     assert result.exit_code == 2 and "not a package directory" in result.output and "monobuild plan" in result.output
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "no_meta", "bad_meta"])
+def test_a_corrupted_cache_entry_is_rebuilt_not_shipped(tiny_packages, tmp_path, damage):
+    """Each entry carries the sha256 of its files: a damaged one is discarded and compiled again,
+    and the package comes out byte-identical to one built from a sound cache."""
+    import shutil
+
+    recipe, root, out = tiny_packages
+    cache = tmp_path / "cache"
+    shutil.copytree(root / "cache-a", cache)
+    entries = sorted(p.parent for p in cache.rglob("code.bin"))
+    victim = entries[len(entries) // 2]
+    code = victim / "code.bin"
+    if damage == "truncate":
+        code.write_bytes(code.read_bytes()[: len(code.read_bytes()) // 2])
+    elif damage == "flip":
+        data = bytearray(code.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        code.write_bytes(bytes(data))
+    elif damage == "no_meta":
+        (victim / "meta.json").unlink()
+    else:
+        (victim / "meta.json").write_text('{"ir": 3}')
+    target = json.loads((out["sm_90"][0] / "manifest.json").read_text())["target"]
+    result = _compile([recipe, "--out", tmp_path / "out", "--cache", cache, "--target", target, "--sm-count", 4])
+    result_gfx = _compile([recipe, "--out", tmp_path / "out", "--cache", cache, "--target", "gfx950",
+                           "--sm-count", 4])
+    compiled = [int(r.output.split("(")[1].split()[0]) for r in (result, result_gfx)]
+    assert sum(compiled) == 1, (result.output, result_gfx.output)
+    for t in ("sm_90", "gfx950"):
+        built, sound = tmp_path / "out" / "tiny" / t, out[t][0]
+        for path in sorted(sound.rglob("*")):
+            if path.is_file():
+                assert (built / path.relative_to(sound)).read_bytes() == path.read_bytes(), path

@@ -182,6 +182,14 @@ def counter_block_too_small(pkg):
     _edit_manifest(pkg, lambda d: _program(d).__setitem__("counters", 2))
 
 
+def tampered_code(pkg):
+    """A byte of the layer's code object changed after the package was written (its IR unchanged)."""
+    code = pkg / _program(json.loads((pkg / "manifest.json").read_text()))["code"]
+    data = bytearray(code.read_bytes())
+    data[len(data) // 2] ^= 0x01
+    code.write_bytes(bytes(data))
+
+
 def overwrite_in_flight(pkg):
     """The layer writes its output over its input (x_out = x_in, written by down) with no edge
     ordering the input's reader o before down."""
@@ -234,6 +242,8 @@ DEFECTS = [
     ("sm_90", pdl_without_wait, "C2", "ptx"),
     ("sm_90", pdl_launch_not_waited, "C2", "launch"),
     ("sm_90", counter_block_too_small, "C1", "sync attn→combine"),
+    ("sm_90", tampered_code, "I0", "code"),
+    ("gfx950", tampered_code, "I0", "code"),
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),

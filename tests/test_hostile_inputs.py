@@ -172,3 +172,16 @@ def test_a_tampered_manifest_is_one_line_not_a_traceback(tiny_package, tmp_path,
         result = CliRunner().invoke(main, [command, str(package)])
         assert result.exit_code == 2 and why in result.output, result.output
         assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_a_stale_or_tampered_code_object_is_refused_by_the_runtime_reader(tiny_package, tmp_path):
+    """The manifest records each code object's sha256; runtime.load reads them through read_code."""
+    from monobuild.manifest import PackageError, read_code, read_manifest
+
+    package = tmp_path / "pkg"
+    shutil.copytree(tiny_package, package)
+    p = read_manifest(package).programs[0]
+    assert read_code(package, p)
+    (package / p.code).write_bytes((package / p.code).read_bytes()[:-1])
+    with pytest.raises(PackageError, match="not the code object the package was built with"):
+        read_code(package, p)

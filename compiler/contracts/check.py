@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from ...manifest import Manifest, ProgramSpec, read_manifest
+from ...manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
 from ..errors import InputError
 from ..resources import amd_resources, nvidia_resources
 from ..targets import TARGETS
@@ -46,20 +46,19 @@ def _ir_text(package: Path, p: ProgramSpec, kind: str) -> str:
         raise InputError(str(package / rel), None, f"missing (the {kind} of {p.name})") from None
 
 
-def _ctas_per_unit(package: Path, manifest: Manifest, p: ProgramSpec) -> int:
+def _ctas_per_unit(package: Path, manifest: Manifest, p: ProgramSpec, binary: bytes) -> int:
     target = TARGETS[manifest.target]
     if target.is_nvidia:
-        code = package / p.code
-        try:
-            cubin = code.read_bytes()
-        except FileNotFoundError:
-            raise InputError(str(code), None, f"missing (the code object of {p.name})") from None
-        return nvidia_resources(cubin, p.shared_bytes, p.block, target).ctas_per_unit
+        return nvidia_resources(binary, p.shared_bytes, p.block, target).ctas_per_unit
     return amd_resources(_ir_text(package, p, "amdgcn"), p.shared_bytes, p.block, target).ctas_per_unit
 
 
 def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Violation]:
-    found = plan_violations(manifest, p, _ctas_per_unit(package, manifest, p))
+    try:  # I0: every other check reads this binary or the IR it was built with
+        binary = read_code(package, p)
+    except PackageError as e:
+        return [Violation(p.name, "code", "I0", str(e))]
+    found = plan_violations(manifest, p, _ctas_per_unit(package, manifest, p, binary))
     if TARGETS[manifest.target].is_nvidia:
         from .nvidia import check_ptx
         from .ptx import parse_ptx

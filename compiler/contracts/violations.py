@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CONTRACTS = {
-    "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency", "C4": "liveness",
+    "I0": "integrity", "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency", "C4": "liveness",
     "C5": "epochs", "I1": "release signals", "I2": "acquire waits", "I3": "coherent loads",
     "I4": "declared sites",
 }
