@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..schema import DTYPE_BYTES, Arg, Band, Region, Stage, SyncEdge
+from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEdge
 from . import derive
 from .geometry import next_pow2
 from .ops.dense import LayerShape, layer_ops, layer_regions
@@ -56,26 +56,11 @@ class ProgramPlan:
 
 
 @dataclass(frozen=True)
-class Launch:
-    program: str
-    layer: int | None  # the decoder layer it runs (weights, KV cache, counters), None for embed/head
-
-
-@dataclass(frozen=True)
-class StepPlan:
-    """The ordered launches of one decode step for a band in a mode."""
-
-    band: Band
-    mode: str
-    launches: tuple[Launch, ...]
-
-
-@dataclass(frozen=True)
 class Plan:
     recipe: Recipe
     schedule_source: str
     programs: tuple[ProgramPlan, ...]
-    steps: tuple[StepPlan, ...]
+    steps: tuple[Step, ...]
 
     def program(self, name: str) -> ProgramPlan:
         for p in self.programs:
@@ -83,7 +68,7 @@ class Plan:
                 return p
         raise KeyError(name)
 
-    def step(self, band: Band, mode: str) -> StepPlan:
+    def step(self, band: Band, mode: str) -> Step:
         for s in self.steps:
             if s.band == band and s.mode == mode:
                 return s
@@ -162,7 +147,7 @@ class Planner:
                 for layer_index in range(self.recipe.geometry.layers):
                     launches += [Launch(p.name, layer_index) for p in layer]
                 launches += [Launch(p.name, None) for p in head]
-                steps.append(StepPlan(band, mode, tuple(launches)))
+                steps.append(Step(band, mode, tuple(launches)))
         clock_slots = 1 + 2 * max(len(p.stages) + p.stages[0].index for p in programs)
         if self.recipe.deployment.stage_clock:  # one row stride for every clocked launch
             programs = [_with_clock_slots(p, clock_slots) if _clocked(p.kind, True) else p for p in programs]

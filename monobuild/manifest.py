@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .schema import Arg, Band, Geometry, PackageDeployment, Region, Stage, SyncEdge
+from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge
 
 MANIFEST_FORMAT = 2
 
@@ -61,19 +61,6 @@ class ProgramSpec:
 
 
 @dataclass(frozen=True)
-class LaunchSpec:
-    program: str
-    layer: int | None
-
-
-@dataclass(frozen=True)
-class StepSpec:
-    band: Band
-    mode: str
-    launches: tuple[LaunchSpec, ...]
-
-
-@dataclass(frozen=True)
 class Manifest:
     recipe: str
     target: str
@@ -82,7 +69,7 @@ class Manifest:
     deployment: PackageDeployment
     toolchain: tuple[tuple[str, str], ...]
     programs: tuple[ProgramSpec, ...]
-    steps: tuple[StepSpec, ...]
+    steps: tuple[Step, ...]
 
     def program(self, name: str) -> ProgramSpec:
         for p in self.programs:
@@ -127,8 +114,8 @@ def manifest_from_json(doc: dict) -> Manifest:
         geometry=Geometry.from_json(doc["geometry"]), deployment=PackageDeployment.from_json(doc["deployment"]),
         toolchain=tuple(sorted(doc["toolchain"].items())),
         programs=tuple(_program(p) for p in doc["programs"]),
-        steps=tuple(StepSpec(Band(**s["band"]), s["mode"],
-                             tuple(LaunchSpec(x["program"], x["layer"]) for x in s["launches"]))
+        steps=tuple(Step(Band(**s["band"]), s["mode"],
+                             tuple(Launch(x["program"], x["layer"]) for x in s["launches"]))
                     for s in doc["steps"]),
     )
 

@@ -102,6 +102,21 @@ class SyncEdge:
 
 
 @dataclass(frozen=True)
+class Launch:
+    program: str
+    layer: int | None  # the decoder layer it runs (weights, KV cache, counters), None for embed/head
+
+
+@dataclass(frozen=True)
+class Step:
+    """The ordered launches of one decode step for a band in a mode."""
+
+    band: Band
+    mode: str
+    launches: tuple[Launch, ...]
+
+
+@dataclass(frozen=True)
 class RopeScaling:
     """llama3-style frequency scaling (Llama 3.1/3.2)."""
 

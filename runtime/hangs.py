@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..manifest import Manifest, StepSpec
+from ..manifest import Manifest
+from ..schema import Step
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class WaitTimeout(RuntimeError):
         super().__init__(f"{len(records) + dropped} wait(s) timed out:\n" + "\n".join(r.line() for r in records) + more)
 
 
-def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Manifest, spec: StepSpec) -> None:
+def check_hang_log(hang_log: torch.Tensor, counters: torch.Tensor, manifest: Manifest, spec: Step) -> None:
     log = hang_log.cpu()  # synchronises: debug builds only
     count = int(log[0])
     if count == 0:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..manifest import StepSpec
+from ..schema import Step
 from .buffers import StepBuffers, StepInputs
 from .hangs import check_hang_log
 from .kvcache import KVCache
@@ -52,7 +52,7 @@ def _input_values(inputs: StepInputs) -> dict[str, int]:
 class _BandStep:
     """One band's launches, buffers and input buffers."""
 
-    def __init__(self, package, spec: StepSpec, weights: PackedWeights, cache: KVCache, rope: torch.Tensor):
+    def __init__(self, package, spec: Step, weights: PackedWeights, cache: KVCache, rope: torch.Tensor):
         manifest, device = package.manifest, package.device
         deployment = manifest.deployment
         self.band, self.spec = spec.band, spec
@@ -175,7 +175,7 @@ class DecodeStep:
         self._last = (band, m)
         return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]
 
-    def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, StepSpec]:
+    def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, Step]:
         """A profiling build's clocks (``--stage-clock``) of the last step run in the band serving
         rows × tokens: [launches, CTAs, slots] int64 on the device, and the band's launches."""
         band = self.band_for(rows, tokens)
