@@ -17,9 +17,10 @@ import re
 from dataclasses import dataclass, field
 
 _LABEL = re.compile(r"^\s*(\$?[\w.]+):")
-_INSTR = re.compile(r"^\s*(?:@(!?%\w+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*$")
+_INSTR = re.compile(r"^\s*(?:@(!?%?\w+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*$")
 _REG = re.compile(r"%[\w]+")
 _PARAM = re.compile(r"\[\s*([\w$]+)_param_(\d+)\s*\]")
+_PARAM_SYMBOL = re.compile(r"^([\w$]+)_param_(\d+)$")  # a parameter's address taken (mov %rd, k_param_3)
 _FUNCTION = re.compile(r"^\s*(?:\.visible\s+|\.weak\s+)?\.(entry|func)\s+(?:\([^)]*\)\s*)?([\w$]+)")
 _CALL = re.compile(r"^\s*([\w$]+)\s*,\s*\(([^)]*)\)")
 
@@ -62,17 +63,18 @@ Reg = tuple[int, str]
 class Ptx:
     instrs: list[Instr]
     labels: dict[str, int]  # label → index of the first instruction after it
-    loops: list[tuple[int, int]]  # (first, last) instruction index of each loop body
+    # each loop: (its header's first instruction, the instructions of its body)
+    loops: list[tuple[int, frozenset[int]]]
     functions: tuple[str, ...] = ()  # names, the kernel first
     # (callee, position) → the caller registers stored into that argument, at every call site
     call_args: dict[tuple[str, int], set[Reg]] = field(default_factory=dict)
     pointer_sources: dict[Reg, frozenset[int]] = field(default_factory=dict)
     value_sources: dict[Reg, frozenset[int]] = field(default_factory=dict)
 
-    def in_loop(self, index: int) -> tuple[int, int] | None:
-        """The innermost loop holding instruction ``index``."""
-        holding = [lp for lp in self.loops if lp[0] <= index <= lp[1]]
-        return min(holding, key=lambda lp: lp[1] - lp[0]) if holding else None
+    def in_loop(self, index: int) -> int | None:
+        """The innermost loop holding instruction ``index``, named by its header's first instruction."""
+        holding = [lp for lp in self.loops if index in lp[1]]
+        return min(holding, key=lambda lp: len(lp[1]))[0] if holding else None
 
     def address_params(self, instr: Instr) -> frozenset[int]:
         return self.pointer_sources.get((instr.function, instr.address or ""), frozenset())
@@ -118,6 +120,11 @@ def parse_ptx(text: str) -> Ptx:
     functions: list[str] = []
     current = 0
     in_body = False
+    # Braces inside a body open scopes whose labels are their own: inline PTX such as an mbarrier
+    # wait's `waitLoop:` appears once per call site. Such a label is named label@scope, and a
+    # branch inside the scope to it is resolved to that name.
+    scopes: list[int] = []
+    opened = 0
     for lineno, raw in enumerate(text.splitlines(), 1):
         line = raw.split("//", 1)[0]
         header = _FUNCTION.match(line)
@@ -126,23 +133,32 @@ def parse_ptx(text: str) -> Ptx:
             if name not in functions:
                 functions.append(name)
             current = functions.index(name)
+            scopes = []
             continue
         if not in_body:
             in_body = line.strip() == "{"
             continue
+        if line.strip() == "{":
+            opened += 1
+            scopes.append(opened)
+            continue
+        if line.strip() == "}":
+            if scopes:
+                scopes.pop()
+            continue
         label = _LABEL.match(line)
         if label:
-            labels[label.group(1)] = len(instrs)
+            labels[f"{label.group(1)}@{scopes[-1]}" if scopes else label.group(1)] = len(instrs)
             continue
         m = _INSTR.match(line)
         if m:
-            instrs.append(Instr(len(instrs), lineno, m.group(1), m.group(2), _split_operands(m.group(3)), current))
-    loops = []
-    for ins in instrs:
-        if ins.base == "bra" and ins.operands and ins.operands[-1] in labels:
-            start = labels[ins.operands[-1]]
-            if start <= ins.index:
-                loops.append((start, ins.index))
+            operands = _split_operands(m.group(3))
+            if m.group(2).startswith("bra") and operands:
+                local = next((f"{operands[-1]}@{s}" for s in reversed(scopes) if f"{operands[-1]}@{s}" in labels), None)
+                if local:
+                    operands = (*operands[:-1], local)
+            instrs.append(Instr(len(instrs), lineno, m.group(1), m.group(2), operands, current))
+    loops = _loops(instrs, labels)
     kernel = next((i for i, n in enumerate(functions) if _is_entry(text, n)), 0)
     order = (functions[kernel], *(n for i, n in enumerate(functions) if i != kernel))
     renumber = {functions.index(n): k for k, n in enumerate(order)}
@@ -150,6 +166,51 @@ def parse_ptx(text: str) -> Ptx:
     ptx = Ptx(instrs, labels, loops, order, _call_args(instrs))
     _dataflow(ptx)
     return ptx
+
+
+def _loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, frozenset[int]]]:
+    """The loops of the control-flow graph: for each branch u → v such that v reaches u, the
+    blocks on a path from v to u, gathered by header v. The PTX's text order says nothing here:
+    LLVM may place a loop's body after the code that follows it, and branch back out of it."""
+    starts = {0} | {i for i in labels.values() if i < len(instrs)}
+    for ins in instrs:
+        if ins.base in ("bra", "brx", "ret", "exit", "trap") and ins.index + 1 < len(instrs):
+            starts.add(ins.index + 1)
+        if ins.index and instrs[ins.index - 1].function != ins.function:
+            starts.add(ins.index)
+    first = sorted(starts)
+    blocks = [(a, b - 1) for a, b in zip(first, first[1:] + [len(instrs)])]
+    at = {a: k for k, (a, _) in enumerate(blocks)}
+    succ: list[set[int]] = []
+    for k, (_, last) in enumerate(blocks):
+        ins, out = instrs[last], set()
+        if ins.base == "bra" and ins.operands and labels.get(ins.operands[-1]) in at:
+            out.add(at[labels[ins.operands[-1]]])
+        falls = ins.base not in ("bra", "brx", "ret", "exit", "trap") or ins.predicate is not None
+        if falls and k + 1 < len(blocks) and instrs[blocks[k + 1][0]].function == ins.function:
+            out.add(k + 1)
+        succ.append(out)
+    pred: list[set[int]] = [set() for _ in blocks]
+    for k, out in enumerate(succ):
+        for j in out:
+            pred[j].add(k)
+
+    def reach(start: int, edges: list[set[int]]) -> set[int]:
+        seen, todo = {start}, [start]
+        while todo:
+            for j in edges[todo.pop()]:
+                if j not in seen:
+                    seen.add(j)
+                    todo.append(j)
+        return seen
+
+    bodies: dict[int, set[int]] = {}
+    for u, out in enumerate(succ):
+        for v in out:
+            if u in reach(v, succ):
+                bodies.setdefault(v, set()).update(reach(v, succ) & reach(u, pred))
+    return [(blocks[v][0], frozenset(i for k in body for i in range(blocks[k][0], blocks[k][1] + 1)))
+            for v, body in sorted(bodies.items())]
 
 
 def _is_entry(text: str, name: str) -> bool:
@@ -206,6 +267,10 @@ def _dataflow(ptx: Ptx) -> None:
                 continue
             if ins.base == "ld":
                 changed |= _add(val, dests, _pointees(ins, ptr) | _union(val, f, sources))
+                continue
+            symbol = _PARAM_SYMBOL.match(sources[0]) if ins.base == "mov" and len(sources) == 1 else None
+            if symbol and symbol.group(1) == kernel:  # a by-value parameter's address (a TMA descriptor)
+                changed |= _add(ptr, dests, {int(symbol.group(2))})
                 continue
             regs = [r for s in sources for r in _REG.findall(s)]
             changed |= _add(ptr, dests, _union(ptr, f, regs))
