@@ -19,12 +19,13 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from ..schema import TensorMap
 from .emit import Program
 from .resources import Resources
 from .targets import Target
 from .toolchain import CodeObject
 
-CACHE_FORMAT = 2  # 2: every entry carries the sha256 of its files
+CACHE_FORMAT = 3  # 2: every entry carries the sha256 of its files; 3: and its TMA descriptors' boxes
 
 
 def toolchain_versions() -> tuple[tuple[str, str], ...]:
@@ -73,6 +74,8 @@ class CodeCache:
                 program=program_name, target=meta["target"], symbol=meta["symbol"], binary=binary, ir=ir,
                 shared_bytes=meta["shared_bytes"], num_warps=meta["num_warps"],
                 resources=Resources(**meta["resources"]), fingerprint=meta["fingerprint"],
+                tensor_maps=tuple(TensorMap(t["arg"], tuple(t["box"]), t["swizzle"], t["elem_bytes"])
+                                  for t in meta["tensor_maps"]),
             )
         except (OSError, ValueError, KeyError, TypeError):  # truncated, flipped, half-deleted: rebuild it
             shutil.rmtree(entry, ignore_errors=True)
@@ -92,6 +95,7 @@ class CodeCache:
                 "target": code.target, "symbol": code.symbol, "shared_bytes": code.shared_bytes,
                 "num_warps": code.num_warps, "resources": asdict(code.resources),
                 "fingerprint": code.fingerprint, "ir": [kind for kind, _ in code.ir],
+                "tensor_maps": [asdict(t) for t in code.tensor_maps],
                 "sha256": _digests(code.binary, code.ir),
             }
             (tmp / "meta.json").write_text(json.dumps(meta, sort_keys=True))

@@ -1,8 +1,10 @@
 """The emitter: a ProgramPlan becomes a Program — the kernel's source, its named ABI and options.
 
-The driver (``kernels/driver.py``) writes the kernel from the plan's ops: each op's functions
-with the parameters they declare, and around them the waits, signals and clocks the plan's edges
-and the deployment ask for. The ABI is the plan's (``derive.abi``), unchanged.
+The plan's executor's driver writes the kernel from the plan's ops: each op's functions with the
+parameters they declare, and around them the waits, signals and clocks the plan's edges and the
+deployment ask for — ``kernels/driver.py`` for the Triton executor, ``kernels/stream/driver.py``
+for the streaming one (whose streamed ops also get the loader's walk of their weights). The ABI
+is the plan's (``derive.abi``), unchanged.
 """
 
 from __future__ import annotations
@@ -12,18 +14,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schema import Arg
+from . import kernels
 from .errors import CompileError
+from .kernels import stream
 from .kernels.driver import DriverSpec, OpCall, program_function, program_source
+from .kernels.stream import driver as stream_driver
 from .plan import ProgramPlan
 
 KERNEL_SOURCES = (Path(__file__).parent / "kernels",)
+EXECUTORS = {"triton": kernels, "gluon": stream}  # where each executor's device functions are
 
 
 @dataclass(frozen=True)
 class Program:
     name: str
     symbol: str  # the kernel's name
-    source: str  # the kernel's Triton source, every constant written in
+    source: str  # the kernel's Triton (or Gluon) source, every constant written in
     args: tuple[Arg, ...]  # the runtime parameters, in order (the named ABI)
     num_warps: int
     launch_pdl: bool
@@ -44,18 +50,16 @@ class Program:
         return ()
 
 
-def _device_params(function: str) -> tuple[str, ...]:
+def _device_params(module, function: str) -> tuple[str, ...]:
     """The parameters of an op's device function, after (pid, pre) for a body or pid for a prefetch."""
-    from . import kernels
-
-    fn = getattr(kernels, function, None)
+    fn = getattr(module, function, None)
     if fn is None:
-        raise CompileError(f"no device function {function!r} in monobuild.compiler.kernels")
+        raise CompileError(f"no device function {function!r} in {module.__name__}")
     return tuple(fn.arg_names)
 
 
-def _pick(op_name: str, function: str, bindings: dict, skip: int) -> tuple[tuple[str, object], ...]:
-    params = _device_params(function)[skip:]
+def _pick(op_name: str, module, function: str, bindings: dict, skip: int) -> tuple[tuple[str, object], ...]:
+    params = _device_params(module, function)[skip:]
     missing = [n for n in params if n not in bindings]
     if missing:
         raise CompileError(f"op {op_name}: {function} takes {', '.join(missing)}, which the op spec does not bind")
@@ -65,31 +69,40 @@ def _pick(op_name: str, function: str, bindings: dict, skip: int) -> tuple[tuple
 def driver_spec(plan: ProgramPlan) -> DriverSpec:
     into = {e.consumer: e.counter for e in plan.syncs}
     out = {e.producer: e.counter for e in plan.syncs}
+    module = EXECUTORS[plan.executor]
     calls = []
     for op, stage in zip(plan.ops, plan.stages):
         b = dict(op.bindings)
+        body, body_args, prefetch, streamed = op.body, None, op.prefetch, None
+        if plan.executor == "gluon" and op.body in stream_driver.STREAMED:  # the loader prefetches its weights
+            body, loader = stream_driver.STREAMED[op.body]
+            body_args = _pick(op.name, module, body, b, len(stream_driver.COMPUTE_HEAD))
+            prefetch, streamed = None, (loader, _pick(op.name, module, loader, b, len(stream_driver.LOADER_HEAD)))
         calls.append(OpCall(
-            op.name, op.body, _pick(op.name, op.body, b, 2), op.prefetch,
-            _pick(op.name, op.prefetch, b, 1) if op.prefetch else (), stage.index, into.get(op.name),
+            op.name, body, body_args or _pick(op.name, module, body, b, 2), prefetch,
+            _pick(op.name, module, prefetch, b, 1) if prefetch else (), stage.index, into.get(op.name),
             out.get(op.name), plan.launch_pdl and op.after_previous_launch,
-            plan.launch_pdl and op.releases_next_launch))
+            plan.launch_pdl and op.releases_next_launch, streamed))
     return DriverSpec(f"{plan.kind}_kernel", plan.args, tuple(calls), plan.grid, plan.wait_spins, plan.hang_slots,
                       plan.clock_slots)
 
 
 def emit(plan: ProgramPlan) -> Program:
     spec = driver_spec(plan)
-    return Program(plan.name, spec.symbol, program_source(spec), plan.args, plan.num_warps, plan.launch_pdl,
+    source = stream_driver.program_source(spec, plan.ring) if plan.executor == "gluon" else program_source(spec)
+    return Program(plan.name, spec.symbol, source, plan.args, plan.num_warps, plan.launch_pdl,
                    plan.launch_cooperative, plan.grid)
 
 
 def emitter_digest() -> str:
-    """A digest of every source the code objects depend on (the kernels and their driver, this
-    emitter, and toolchain.py, which chooses the compile options, e.g. the register budget of a retry)."""
+    """A digest of every source the code objects depend on (the kernels and their drivers, this
+    emitter, toolchain.py, which chooses the compile options, e.g. the register budget of a retry,
+    and executor.py, which sizes the streaming programs' rings)."""
     h = hashlib.sha256()
-    files = sorted(p for root in KERNEL_SOURCES for p in root.glob("*.py")) + [Path(__file__),
-                                                                               Path(__file__).parent / "toolchain.py"]
+    here = Path(__file__).parent
+    files = sorted(p for root in KERNEL_SOURCES for p in root.rglob("*.py")) + [Path(__file__), here / "toolchain.py",
+                                                                                here / "executor.py"]
     for path in files:
-        h.update(path.name.encode())
+        h.update(path.relative_to(here).as_posix().encode())
         h.update(path.read_bytes())
     return h.hexdigest()

@@ -36,7 +36,8 @@ def _program_json(p: ProgramPlan, program: Program, code: CodeObject, key: str, 
         "stages": [asdict(s) for s in p.stages], "regions": [asdict(r) for r in p.regions],
         "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "hang_slots": p.hang_slots,
         "clock_slots": p.clock_slots, "params": dict(p.params), "resources": asdict(code.resources),
-        "fingerprint": code.fingerprint, "cache_key": key,
+        "fingerprint": code.fingerprint, "cache_key": key, "executor": p.executor,
+        "tensor_maps": [asdict(t) for t in code.tensor_maps],
     }
 
 

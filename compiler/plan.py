@@ -14,7 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEdge
-from . import derive
+from . import derive, executor
+from .errors import InputError
+from .executor import Ring
 from .geometry import next_pow2
 from .ops.dense import LayerShape, layer_ops, layer_regions
 from .ops.head import HeadShape, embed_ops, head_ops, head_regions
@@ -45,6 +47,8 @@ class ProgramPlan:
     hang_slots: int  # hang_log records (debug builds; 0 otherwise)
     clock_slots: int  # int64 per CTA in a profiling build's stage clock (0: not clocked)
     schedule: ScheduleEntry
+    executor: str = "triton"  # triton | gluon (compiler/executor.py)
+    ring: Ring | None = None  # the streaming executor's shared-memory rings
 
     def param(self, name: str):
         return dict(self.params)[name]
@@ -165,11 +169,34 @@ class Planner:
     def _k_splits(self, band: Band) -> KSplits:
         g, d = self.recipe.geometry, self.recipe.deployment
         entry = self._entry("layer", band)
-        grid, bn, bk = d.sm_count * entry.ctas_per_sm, entry.block_n, self._block_k(entry)
+        grid, bn, bk = d.sm_count * entry.ctas_per_sm, self._block_n(entry), self._block_k(entry)
         tiles = -(-g.hidden // bn)
         return KSplits(split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv),
                        split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
                        split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
+
+    def _block_n(self, entry: ScheduleEntry) -> int:
+        """A layer GEMV's output rows a task: the table's, or the streaming executor's tile."""
+        return executor.stream_rows(entry.num_warps) if entry.streaming else entry.block_n
+
+    def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
+        """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
+        persistent, bf16 throughout); the table must not ask for it where it cannot be."""
+        if not entry.streaming:
+            return False
+        d = self.recipe.deployment
+        if not d.target.is_nvidia:
+            raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
+                                                                f"TMA), not {d.target.name}")
+        if entry.long_kv_tile:
+            raise InputError(self.schedule.source, "long_kv_tile", "a streaming program walks the KV cache kv_tile "
+                                                                   "tokens a tile: set long_kv_tile 0 where streaming is 1")
+        if entry.ctas_per_sm != 1:
+            raise InputError(self.schedule.source, "ctas_per_sm", "a streaming program is one CTA per SM (its weight "
+                                                                  "ring takes the SM's shared memory): set 1 where "
+                                                                  "streaming is 1")
+        dtypes = d.dtypes
+        return mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
 
     def _block_k(self, entry: ScheduleEntry) -> int:
         return min(entry.block_k, next_pow2(self.recipe.geometry.hidden))
@@ -203,7 +230,9 @@ class Planner:
         in_subs = f", each as {sub} sub-tiles with their own softmax states" if sub > 1 else ""
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
                                           if long_kt > kt else "")
-        norm_stages = bool(entry.norm_stages)
+        streams = self._streams(entry, mode)
+        norm_stages = bool(entry.norm_stages or entry.streaming)
+        bn = self._block_n(entry)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
@@ -212,7 +241,7 @@ class Planner:
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages,
             "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": sub,
             "SPLITS": splits,
-            "SP": max(2, next_pow2(splits)), "BN": entry.block_n, "BK": self._block_k(entry),
+            "SP": max(2, next_pow2(splits)), "BN": bn, "BK": self._block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
             "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
@@ -220,12 +249,25 @@ class Planner:
         def shape(grid: int) -> LayerShape:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
                               band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
-                              entry.block_n, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
+                              bn, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
                               tuple(sorted(cx.items())))
 
         # Region shapes (the per-CTA x̂ slices) are the full grid's in every mode.
         declared = layer_regions(shape(full_grid))
-        return self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid)), declared, full_grid, cx, entry)
+        programs = self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid)), declared, full_grid, cx, entry)
+        if not streams:
+            return programs
+        rings = executor.ring(entry.stream_slots, entry.num_warps, cx["BK"], band.m)
+        return tuple(self._streaming(p, rings, declared) for p in programs)
+
+    def _streaming(self, p: ProgramPlan, rings: Ring, declared: dict) -> ProgramPlan:
+        """A persistent layer program as the streaming executor runs it: its streamed weights bound
+        as TMA descriptors of the ring's unit (so its ABI says so)."""
+        d = self.recipe.deployment
+        ops = executor.streamed(p.ops, rings)
+        args = derive.abi(ops, declared, counters=bool(p.syncs), hang_log=bool(p.hang_slots),
+                          stage_clock=_clocked(p.kind, d.stage_clock))
+        return replace(p, ops=ops, args=args, executor="gluon", ring=rings)
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment

@@ -35,6 +35,8 @@ class ScheduleEntry:
     kv_substreams: int = 1
     norm_rows: int = 1
     norm_stages: int = 0
+    streaming: int = 0
+    stream_slots: int = 0
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
@@ -44,12 +46,16 @@ _KEYS = {f.name for f in fields(ScheduleEntry)}
 # long_kv_stages to 0 (the long walk is pipelined as deep as the short one), kv_substreams to 1
 # (the long walk keeps one online-softmax state), norm_rows to 1 (a norm stage stages one row of x̂
 # per load), norm_stages to 0 (each CTA of a GEMV after an RMSNorm — qkv, up, the LM head — stages
-# x̂ itself).
+# x̂ itself), streaming to 0 (the layer programs are the Triton executor's; 1: the persistent layer
+# program is the streaming executor's, compiler/executor.py), stream_slots to 0 (its weight ring
+# holds as many units as shared memory does).
 _OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
-             "kv_substreams", "norm_rows", "norm_stages"}
-_FLAGS = {"norm_stages"}  # 0 or 1
-_ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages"}  # a pipeline depth need not be a power of two
-_ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages"}  # keys where 0 is allowed, and what it means
+             "kv_substreams", "norm_rows", "norm_stages", "streaming", "stream_slots"}
+_FLAGS = {"norm_stages", "streaming"}  # 0 or 1
+# a pipeline depth or a ring's slots need not be a power of two
+_ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages", "stream_slots"}
+# keys where 0 is allowed, and what it means
+_ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages", "stream_slots": "as many as fit"}
 _MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 

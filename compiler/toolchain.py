@@ -13,6 +13,7 @@ import tempfile
 import threading
 from dataclasses import dataclass
 
+from ..schema import TensorMap
 from .emit import Program
 from .errors import CompileError
 from .resources import Resources, amd_resources, nvidia_resources
@@ -32,6 +33,7 @@ class CodeObject:
     num_warps: int
     resources: Resources
     fingerprint: str  # sha256 of the LLVM IR
+    tensor_maps: tuple[TensorMap, ...] = ()  # the TMA descriptor arguments, in ABI order
 
     def ir_text(self, kind: str) -> str:
         return dict(self.ir)[kind]
@@ -88,13 +90,13 @@ def compile_program(program: Program, target: Target) -> CodeObject:
                "launch_cooperative_grid": program.launch_cooperative}
     compiled = _triton_compile(program, target, options)
     if target.is_nvidia and program.launch_cooperative:
-        threads = program.num_warps * target.warp_size
+        threads = compiled.metadata.num_warps * target.warp_size  # a warp-specialized kernel's partitions included
         res = nvidia_resources(compiled.asm["cubin"], compiled.metadata.shared, threads, target)
         if res.stack_bytes or res.spill_bytes:
             compiled = _triton_compile(program, target, {**options, "maxnreg": MAX_REGISTERS})
     md = compiled.metadata
     binary = compiled.asm["cubin" if target.is_nvidia else "hsaco"]
-    threads = program.num_warps * target.warp_size
+    threads = md.num_warps * target.warp_size
     kinds = IR_TEXTS[target.backend]
     if target.is_nvidia:
         res = nvidia_resources(binary, md.shared, threads, target)
@@ -105,4 +107,17 @@ def compile_program(program: Program, target: Target) -> CodeObject:
         program=program.name, target=target.name, symbol=md.name, binary=bytes(binary),
         ir=tuple((k, compiled.asm[k]) for k in kinds), shared_bytes=md.shared, num_warps=md.num_warps,
         resources=res, fingerprint=hashlib.sha256(llir.encode()).hexdigest(),
+        tensor_maps=_tensor_maps(program, getattr(md, "tensordesc_meta", None)),
     )
+
+
+def _tensor_maps(program: Program, meta) -> tuple[TensorMap, ...]:
+    """The descriptor arguments' boxes and swizzles, from Triton's metadata (one entry per
+    descriptor argument, in order)."""
+    descs = [a.name for a in program.args if a.type.startswith("tensordesc")]
+    if not descs:
+        return ()
+    if not meta or len(meta) != len(descs):
+        raise CompileError(f"{program.name}: the compiled code does not read its {len(descs)} descriptor arguments "
+                           "as TMA descriptors")
+    return tuple(TensorMap(name, tuple(m["block_size"]), m["swizzle"], m["elem_size"]) for name, m in zip(descs, meta))

@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge
+from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 2
+MANIFEST_FORMAT = 3  # 3: programs name their executor and their TMA descriptor arguments' boxes
 
 
 class PackageError(Exception):
@@ -58,6 +58,14 @@ class ProgramSpec:
     resources: ResourceSpec
     fingerprint: str
     cache_key: str
+    executor: str  # triton | gluon: which executor's driver wrote the program
+    tensor_maps: tuple[TensorMap, ...]  # how the runtime encodes each TMA descriptor argument
+
+    def tensor_map(self, arg: str) -> TensorMap:
+        for t in self.tensor_maps:
+            if t.arg == arg:
+                return t
+        raise KeyError(arg)
 
 
 @dataclass(frozen=True)
@@ -93,7 +101,8 @@ def _program(d: dict) -> ProgramSpec:
                              s["signals_per_epoch"]) for s in d["syncs"]),
         counters=d["counters"], hang_slots=d["hang_slots"], clock_slots=d["clock_slots"],
         params=tuple(sorted(d["params"].items())), resources=ResourceSpec(**d["resources"]),
-        fingerprint=d["fingerprint"], cache_key=d["cache_key"],
+        fingerprint=d["fingerprint"], cache_key=d["cache_key"], executor=d["executor"],
+        tensor_maps=tuple(TensorMap(t["arg"], tuple(t["box"]), t["swizzle"], t["elem_bytes"]) for t in d["tensor_maps"]),
     )
 
 

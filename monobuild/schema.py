@@ -58,6 +58,18 @@ class Arg:
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """How the runtime encodes a TMA descriptor argument (a streamed weight) over the tensor it
+    binds: the compiled copies assume this box and swizzle (Triton's descriptor metadata), so the
+    descriptor must be built with them (``cuTensorMapEncodeTiled``)."""
+
+    arg: str
+    box: tuple[int, ...]  # elements one copy moves along each dimension, outermost first
+    swizzle: int  # CU_TENSOR_MAP_SWIZZLE_*: 0 none, 1 32 B, 2 64 B, 3 128 B
+    elem_bytes: int
+
+
+@dataclass(frozen=True)
 class Region:
     """Memory a program writes or reads across CTAs (weights, read-only, are not regions)."""
 

@@ -24,6 +24,7 @@ from .hangs import check_hang_log
 from .kvcache import KVCache
 from .params import ParamBlock
 from .rope import rope_table
+from .tma import descriptor
 from .weights import ALIGNMENT, PackedWeights
 
 
@@ -41,6 +42,14 @@ class _Launch:
 
 def _address(value) -> int:
     return value.data_ptr() if isinstance(value, torch.Tensor) else int(value)
+
+
+def _param(program, arg, value):
+    """A launch's value for ``arg``: a TMA descriptor over the tensor for a streamed weight (the
+    box and swizzle the code was built with), its address or the integer otherwise."""
+    if arg.type.startswith("tensordesc"):
+        return descriptor(value, program.tensor_map(arg.name))
+    return _address(value)
 
 
 def _input_values(inputs: StepInputs) -> dict[str, int]:
@@ -74,7 +83,7 @@ class _BandStep:
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
             values = self.buffers.args(p.args, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
-            params = ParamBlock([a.type for a in p.args], [_address(v) for v in values])
+            params = ParamBlock([a.type for a in p.args], [_param(p, a, v) for a, v in zip(p.args, values)])
             slots = tuple((j, a.name) for j, a in enumerate(p.args) if a.role == "step_input")
             self.launches.append(_Launch(p.name, package.kernels[p.name], params, slots))
         self._bound = _input_values(self.own)

@@ -9,7 +9,7 @@ from, through the register dataflow.
 from __future__ import annotations
 
 from ...manifest import ProgramSpec
-from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
+from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
 from .ptx import Instr, Ptx
 from .violations import Violation
 
@@ -28,26 +28,31 @@ def _is_global_memory(ins: Instr) -> bool:
 
 
 def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
-    names = [a.name for a in p.args]
     out: list[Violation] = []
-    counters = names.index("counters") if "counters" in names else None
+    counters = param_index(p).get("counters")
     signals, wait_loops = [], set()
-    for ins in ptx.instrs:
-        if counters is None or not _is_global_memory(ins) or counters not in ptx.address_params(ins):
-            continue
-        read_only = ins.has("acquire") and not ins.has("acq_rel")  # an acquire add of 0: a read
-        if ins.base in ("atom", "red") and ins.has("add") and not read_only:
+    accesses = [ins for ins in ptx.instrs
+                if counters is not None and _is_global_memory(ins) and counters in ptx.address_params(ins)]
+    for k, ins in enumerate(accesses):
+        if _is_signal(ins):
             signals.append(ins)
             out += _check_signal(p, ptx, ins)
         elif ins.base in ("ld", "atom"):
             loop = ptx.in_loop(ins.index)
-            acquire = ins.has("acquire") or ins.has("acq_rel")
+            strong = (ins.has("acquire") or ins.has("acq_rel")) and any(ins.has(s) for s in _STRONG_SCOPES)
             if loop is not None:
                 wait_loops.add(loop)
-                if not acquire or not any(ins.has(s) for s in _STRONG_SCOPES):
+                if not strong:
                     out.append(Violation(p.name, _site(ins), "I2",
                                          f"a wait loop reads the counter with `{ins.opcode}`: not an acquire at gpu "
                                          "scope, so the consumer's later loads may see data older than the signal"))
+            elif not strong and not (k + 1 < len(accesses) and _is_signal(accesses[k + 1])):
+                # a relaxed read outside a loop is the epoch read only if a signal follows it; before a wait
+                # loop it is the wait's first poll, which may find the target reached and end the wait
+                out.append(Violation(p.name, _site(ins), "I2",
+                                     f"the wait's first poll reads the counter with `{ins.opcode}`, not an acquire at "
+                                     "gpu scope: when it already finds the target, no acquire orders the consumer's "
+                                     "loads after the signal"))
     syncs = len(p.syncs)
     if len(signals) != syncs:
         out.append(Violation(p.name, "ptx", "I4", f"{len(signals)} signal sites in the code, {syncs} sync edges in "
@@ -58,6 +63,75 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     out += _check_loads(p, ptx)
     out += _check_kv_stores(p, ptx)
     out += _check_grid_dependency(p, ptx)
+    out += _check_tensor_copies(p, ptx)
+    return out
+
+
+def _is_signal(ins: Instr) -> bool:
+    """An add to a counter; an acquire add (of 0, not acq_rel) is a read."""
+    return ins.base in ("atom", "red") and ins.has("add") and not (ins.has("acquire") and not ins.has("acq_rel"))
+
+
+def _is_tensor_copy(ins: Instr) -> bool:
+    return ins.opcode.startswith("cp.async.bulk.tensor")
+
+
+def _barrier(ins: Instr) -> str:
+    """The mbarrier operand of a TMA copy or an expect_tx: its last memory operand's register."""
+    return [op for op in ins.operands if op.startswith("[")][-1].strip("[] ").split("+")[0].strip()
+
+
+def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
+    """The streaming contracts on a program's TMA copies (the async proxy).
+
+    S1: every copy reads through the descriptor of a weight (read-only for the launch). Nothing
+    another CTA writes is then read by the async proxy, so no acquire needs a proxy fence after
+    it, and the loader, which waits on no sync edge, cannot read a region before it is written.
+    S2: the bytes an mbarrier is armed to expect (``mbarrier.arrive.expect_tx``) equal what the
+    copies that complete on it move (each the box of its descriptor's tensor map): fewer, and
+    the consumer reads a slot before its data lands; more, and it waits forever.
+    """
+    index = param_index(p)
+    descs = {index[a.name]: a for a in p.args if a.type.startswith("tensordesc")}
+    out: list[Violation] = []
+    armed: dict[tuple[int, str], list] = {}  # barrier register → [expect_tx instr, bytes expected, bytes copied]
+
+    def settle(key):
+        ins, expected, copied = armed.pop(key)
+        if expected != copied:
+            then = "read the slot before its data lands" if copied > expected else "wait forever"
+            out.append(Violation(p.name, _site(ins), "S2", f"the mbarrier is armed for {expected} bytes, the TMA "
+                                                           f"copies that complete on it move {copied}: its waiter would "
+                                                           f"{then}"))
+
+    for ins in ptx.instrs:
+        if ins.opcode.startswith("mbarrier.arrive.expect_tx"):
+            key = (ins.function, _barrier(ins))
+            if key in armed:
+                settle(key)
+            armed[key] = [ins, int(ins.operands[-1], 0), 0]
+        elif _is_tensor_copy(ins):
+            sources = ptx.address_params(ins)
+            read = sorted(descs[k].name if k in descs else f"parameter {k}" for k in sources)
+            if not sources or any(k not in descs or descs[k].role not in ("layer_weight", "model_weight")
+                                  for k in sources):
+                out.append(Violation(p.name, _site(ins), "S1",
+                                     f"a TMA copy reads {', '.join(read) or 'an address from no parameter'}: the "
+                                     "async proxy may stream only the weights (read-only), never a region another CTA "
+                                     "writes in the launch"))
+                continue
+            key = (ins.function, _barrier(ins))
+            if key not in armed:
+                out.append(Violation(p.name, _site(ins), "S2", "a TMA copy completes on an mbarrier that no "
+                                                               "expect_tx armed before it"))
+                continue
+            tmap = p.tensor_map(descs[min(sources)].name)
+            n = tmap.elem_bytes
+            for dim in tmap.box:
+                n *= dim
+            armed[key][2] += n
+    for key in list(armed):
+        settle(key)
     return out
 
 

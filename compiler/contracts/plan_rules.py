@@ -9,32 +9,45 @@ consecutive pair of stages from w to r (release/acquire chains are cumulative).
 from __future__ import annotations
 
 from ...manifest import Manifest, ProgramSpec
+from ..executor import tensordesc_block
 from .violations import Violation
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
 
 
+def param_index(p: ProgramSpec) -> dict[str, int]:
+    """ABI argument → the index of its (first) parameter of the compiled kernel: a TMA descriptor
+    argument is the descriptor, then its shape (i32) and strides (i64) a dimension each."""
+    out, k = {}, 0
+    for a in p.args:
+        out[a.name] = k
+        block = tensordesc_block(a.type)
+        k += 1 + 2 * len(block[1]) if block else 1
+    return out
+
+
 def cross_cta_params(p: ProgramSpec) -> dict[int, str]:
-    """ABI index → name of each region one CTA writes and another reads within this launch (the
-    loads I3 constrains). The KV cache is not one: a launch reads only entries earlier launches
-    wrote (its own appends are disjoint, see C1)."""
+    """Kernel parameter index → name of each region one CTA writes and another reads within this
+    launch (the loads I3 constrains). The KV cache is not one: a launch reads only entries earlier
+    launches wrote (its own appends are disjoint, see C1)."""
     if len(p.stages) < 2:
         return {}
     stages = {s.name for s in p.stages}
-    names = [a.name for a in p.args]
-    return {names.index(r.name): r.name for r in p.regions
-            if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in names}
+    index = param_index(p)
+    return {index[r.name]: r.name for r in p.regions
+            if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in index}
 
 
 def kv_guard_params(p: ProgramSpec) -> tuple[set[int], int] | None:
-    """(ABI indexes of the KV cache, index of context_lens) for C4's IR side, or None when the
-    program has no KV cache argument or no liveness to guard it with (the plan side reports that)."""
-    names = [a.name for a in p.args]
-    kv = {names.index(r.name) for r in p.regions if r.kind == "kv_cache" and r.name in names}
-    if not kv or "context_lens" not in names:
+    """(Kernel parameter indexes of the KV cache, that of context_lens) for C4's IR side, or None
+    when the program has no KV cache argument or no liveness to guard it with (the plan side
+    reports that)."""
+    index = param_index(p)
+    kv = {index[r.name] for r in p.regions if r.kind == "kv_cache" and r.name in index}
+    if not kv or "context_lens" not in index:
         return None
-    return kv, names.index("context_lens")
+    return kv, index["context_lens"]
 
 
 def unguarded_kv_store(p: ProgramSpec, where: str, what: str) -> Violation:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 CONTRACTS = {
     "I0": "integrity", "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency", "C4": "liveness",
     "C5": "epochs", "I1": "release signals", "I2": "acquire waits", "I3": "coherent loads",
-    "I4": "declared sites",
+    "I4": "declared sites", "S1": "read-only streams", "S2": "armed bytes",
 }
 
 

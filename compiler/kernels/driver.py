@@ -50,6 +50,8 @@ class OpCall:
     signal_edge: int | None  # the counter of the edge out of it
     pdl_wait: bool  # griddepcontrol.wait before it
     pdl_release: bool  # griddepcontrol.launch_dependents before it
+    # a streaming program's op whose weights the loader streams: (the loader's function, its parameters)
+    streamed: tuple[str, tuple[tuple[str, object], ...]] | None = None
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,106 @@
+"""The streaming executor's driver: writes a persistent program's Gluon kernel from its op list.
+
+The kernel allocates the weight ring (``slots`` units of [rows, cols] weight elements, each with a
+``ready`` and an ``empty`` mbarrier) and the activation chunks' ring, then forks:
+
+- the **loader** (one warp, few registers) walks the weight units of every streamed op in program
+  order (``load_weights``), each op's tasks as the compute warps will run them; it waits on
+  nothing but free slots, so it runs ahead of every sync edge and of the launch's
+  ``griddepcontrol.wait``;
+- the **compute warps** run the ops in order exactly as the Triton driver places them
+  (``kernels/driver.py``): the PDL release, the op's prefetch, its wait (``griddepcontrol.wait``
+  or the edge's counter), its clocks, its body, its signal. A streamed op's body takes the ring
+  and returns the CTA's advanced place in the weight stream.
+
+Both sides derive the stream from the same op list, so they agree on every unit's slot and phase
+by construction: unit i is in slot i mod slots, completing phase (i div slots) mod 2.
+"""
+
+from __future__ import annotations
+
+from ...executor import Ring
+from ..driver import DriverSpec, _call
+
+PRELUDE = """from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
+
+from monobuild.compiler.kernels.stream import (attention_op, attention_prefetch, clock_end, clock_start, combine_op,
+                                               grid_dependency_wait, launch_dependents, load_weights, norm_op,
+                                               signal, step_target, stream_gemv, tile_smem, wait)
+"""
+
+#: Triton-executor body → (the compute warps' function, the loader's function) of a streamed op.
+STREAMED = {"gemv_op": ("stream_gemv", "load_weights")}
+#: What each partition takes before the kernel's own arguments (the rings the kernel allocates).
+LOADER_RINGS = ("pid", "ring", "ready", "empty")
+COMPUTE_RINGS = (*LOADER_RINGS, "xring")
+#: The leading parameters of a streamed op's functions, which the driver passes itself: the
+#: partition's rings and ``i``, the CTA's place in its weight stream (returned advanced).
+LOADER_HEAD = ("pid", "i", *LOADER_RINGS[1:])
+COMPUTE_HEAD = ("pid", "i", *COMPUTE_RINGS[1:])
+
+
+def _loader_source(spec: DriverSpec, descs: tuple[str, ...]) -> list[str]:
+    lines = ["", "", "@gluon.jit", f"def _loader({', '.join(LOADER_RINGS + descs)}):", "    i = 0"]
+    for op in spec.ops:
+        if op.streamed is not None:
+            lines.append(f"    i = {_call(op.streamed[0], ', '.join(LOADER_HEAD), op.streamed[1])}")
+    return lines
+
+
+def _compute_source(spec: DriverSpec, compute_args: tuple[str, ...]) -> list[str]:
+    lines = ["", "", "@gluon.jit", f"def _compute({', '.join(COMPUTE_RINGS + compute_args)}):", "    i = 0",
+             "    target = 0"]
+    clock = spec.clock_slots > 0
+    epoch_read = False
+    for op in spec.ops:
+        lines.append(f"    # {op.index}: {op.name}")
+        if op.pdl_release:
+            lines.append("    launch_dependents()")
+        pre = "None"
+        if op.prefetch is not None:
+            pre = f"pre{op.index}"
+            lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
+        if op.pdl_wait:
+            lines.append("    grid_dependency_wait()")
+        if op.wait_edge is not None:
+            hang = "hang_log" if spec.hang_slots else "None"
+            lines.append(f"    wait(counters + {op.wait_edge}, target, {hang}, {spec.wait_spins}, {spec.hang_slots})")
+        if clock:
+            lines.append(f"    clock_start(stage_clock, {1 + 2 * op.index}, {spec.clock_slots})")
+        if op.streamed is not None:
+            lines.append(f"    i = {_call(op.body, ', '.join(COMPUTE_HEAD), op.body_args)}")
+        else:
+            lines.append(f"    {_call(op.body, 'pid, ' + pre, op.body_args)}")
+        if clock:
+            lines.append(f"    clock_end(stage_clock, {2 + 2 * op.index}, {spec.clock_slots})")
+        if op.signal_edge is not None:
+            if not epoch_read:
+                lines.append(f"    target = step_target(counters, {spec.grid})")
+                epoch_read = True
+            lines.append(f"    signal(counters + {op.signal_edge})")
+    return lines
+
+
+def program_source(spec: DriverSpec, ring: Ring) -> str:
+    """The Gluon source of a streaming program (a module: the prelude, the two partitions, then
+    the kernel, which allocates the rings and forks them)."""
+    descs = tuple(a.name for a in spec.args if a.type.startswith("tensordesc"))
+    if not descs:
+        raise ValueError(f"{spec.symbol}: a streaming program streams at least one weight")
+    compute_args = tuple(a.name for a in spec.args if a.name not in descs)
+    kernel = ["", "", "@gluon.jit", f"def {spec.symbol}({', '.join(a.name for a in spec.args)}):",
+              "    pid = gl.program_id(0)",
+              f"    ring = gl.allocate_shared_memory(gl.bfloat16, [{ring.slots}, {ring.rows}, {ring.cols}], "
+              f"{descs[0]}.layout)",
+              f"    ready = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",
+              f"    empty = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",
+              f"    for s in gl.static_range({ring.slots}):",
+              "        mbarrier.init(ready.index(s), count=1)",
+              "        mbarrier.init(empty.index(s), count=1)",
+              f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_depth}, {ring.x_rows}, {ring.cols}], "
+              f"tile_smem({ring.x_rows}, {ring.cols}))",
+              f"    gl.warp_specialize([(_compute, ({', '.join(COMPUTE_RINGS + compute_args)})),",
+              f"                        (_loader, ({', '.join(LOADER_RINGS + descs)}))], [1], [{ring.loader_regs}])"]
+    return PRELUDE + "\n".join(_loader_source(spec, descs) + _compute_source(spec, compute_args) + kernel) + "\n"

@@ -1,0 +1,157 @@
+"""The streaming GEMV: its weights stream through a shared-memory ring ahead of every wait.
+
+A CTA's GEMV tasks are the Triton executor's (``kernels/gemv.py``): task t of an op is (output
+tile t mod TILES, K split t div TILES), on CTA t mod G, and writes partial ``split`` of out
+([SPLIT, M, N]; split 0 adds the bias and the residual), or silu(gate)·up for a GATED op. What
+changes is where the weights come from.
+
+The loader warp (``load_weights``) walks the CTA's tasks of every GEMV of the layer, in program
+order, and copies each K chunk of each tile — a *unit*, [BN, BK] of the weight — into the next
+slot of the ring by TMA, as soon as the compute warps have released the slot. Weights depend on
+no activation, so nothing but the ring's size holds the loader back: while the compute warps
+wait on a sync edge, the next op's weights are already landing. A GATED tile is two units, its
+BN gate rows and the matching BN up rows of ``w_gate_up`` ([2·INTER, K]).
+
+The compute warps (``stream_gemv``) walk the same units in the same order: unit i sits in slot
+i mod SLOTS, its copy complete when ``ready[slot]`` reaches phase (i div SLOTS) mod 2, and the
+slot is handed back through ``empty[slot]`` once read. The product is the tensor cores' (mma,
+16 rows a warp): accᵀ[BN, NP] += W_unit · x_chunkᵀ, x's M rows padded to NP ≥ 8 columns. The
+activation chunks x[:, k0:k0 + BK] come from global memory (written by other CTAs, so loaded
+after the op's wait, through L2 only: ``cp.async.cg``) into a small ring of their own, XD − 1
+chunks ahead of the product, so a chunk's L2 round trip is paid once per op, not once per chunk.
+"""
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
+
+from .layouts import cols_layout, mma_rows, operand, rows_layout
+
+
+@gluon.jit
+def _load_unit(i, ring, ready, empty, w_ptr, row, col):
+    """Unit i of the CTA's stream: weight rows [row, row + BN), columns [col, col + BK), into slot
+    i mod SLOTS once the compute warps have released the slot's previous unit."""
+    SLOTS: gl.constexpr = ring.shape[0]
+    slot = i % SLOTS
+    mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
+    mbarrier.expect(ready.index(slot), w_ptr.block_type.nbytes)
+    tma.async_copy_global_to_shared(w_ptr, [row, col], ready.index(slot), ring.index(slot))
+    return i + 1
+
+
+@gluon.jit
+def load_weights(pid, i, ring, ready, empty, w_ptr, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, GATED: gl.constexpr, INTER: gl.constexpr):
+    """The loader's walk of one GEMV op: every unit of the CTA's tasks, in the order the compute
+    warps use them. ``w_ptr`` is the weight's TMA descriptor (a [BN, BK] block); ``i`` is the CTA's
+    place in its stream (units so far); returns the next."""
+    TILES: gl.constexpr = (N + BN - 1) // BN
+    KS: gl.constexpr = K // SPLIT
+    CHUNKS: gl.constexpr = (KS + BK - 1) // BK
+    for task in range(pid, TILES * SPLIT, G):
+        row = (task % TILES) * BN
+        k0 = (task // TILES) * KS
+        for c in range(CHUNKS):
+            i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)
+            if GATED:
+                i = _load_unit(i, ring, ready, empty, w_ptr, INTER + row, k0 + c * BK)
+    return i
+
+
+@gluon.jit
+def _copy_x(slot, x_ptr, j, total, pid, xr, xk, M: gl.constexpr, K: gl.constexpr, KS: gl.constexpr,
+            BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr):
+    """Start the copy of iteration j's activation chunk (its task's K split, chunk j mod CHUNKS)
+    into ``slot``; rows past M, columns past the split and iterations past ``total`` copy zeros."""
+    task = pid + (j // CHUNKS) * G
+    lo = (task // TILES) * KS
+    k = lo + (j % CHUNKS) * BK + xk
+    mask = (xr[:, None] < M) & (k[None, :] < lo + KS) & (k[None, :] < K) & (j < total)
+    async_copy.async_copy_global_to_shared(slot, x_ptr + xr[:, None] * K + k[None, :], mask=mask,
+                                           cache_modifier=".cg")
+
+
+@gluon.jit
+def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
+    """acc += unit i · xb, then hand the unit's slot back to the loader."""
+    SLOTS: gl.constexpr = ring.shape[0]
+    slot = i % SLOTS
+    mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
+    acc = mma_v2(ring.index(slot).load(a_layout), xb, acc)
+    fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
+    mbarrier.arrive(empty.index(slot))
+    return i + 1, acc
+
+
+@gluon.jit
+def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr,
+                M: gl.constexpr, TILES: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr,
+                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, layout: gl.constexpr):
+    """A task's epilogue: out[split, :M, tile] = accᵀ (+ bias, + residual on split 0), or
+    silu(gate)·up; accᵀ is [BN output rows, NP token rows]."""
+    NP: gl.constexpr = acc.shape[1]
+    tile = task % TILES
+    split = task // TILES
+    n = tile * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+    m = gl.arange(0, NP, layout=gl.SliceLayout(0, layout))
+    mask = (n[:, None] < N) & (m[None, :] < M)
+    out = gl.convert_layout(acc, layout)
+    if GATED:
+        gate = out
+        out = gate / (1.0 + gl.exp(-gate)) * gl.convert_layout(acc_up, layout)
+    if HAS_BIAS:
+        out += gl.load(bias_ptr + n, mask=(n < N) & (split == 0), other=0.0).to(gl.float32)[:, None]
+    if HAS_RESIDUAL:
+        at = m[None, :] * N + n[:, None]
+        for p in gl.static_range(RES_PARTS):
+            out += gl.load(residual_ptr + p * M * N + at, mask=mask & (split == 0), other=0.0, cache_modifier=".cg")
+    gl.store(out_ptr + split * M * N + m[None, :] * N + n[:, None], out.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, out_ptr, bias_ptr, residual_ptr, RES_PARTS: gl.constexpr,
+                N: gl.constexpr, K: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                SPLIT: gl.constexpr, G: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+                GATED: gl.constexpr):
+    """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
+    in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
+    WARPS: gl.constexpr = gl.num_warps()
+    XD: gl.constexpr = xring.shape[0]
+    NP: gl.constexpr = xring.shape[1]
+    TILES: gl.constexpr = (N + BN - 1) // BN
+    KS: gl.constexpr = K // SPLIT
+    CHUNKS: gl.constexpr = (KS + BK - 1) // BK
+    acc_layout: gl.constexpr = mma_rows(WARPS)
+    a_layout: gl.constexpr = operand(0, acc_layout)
+    b_layout: gl.constexpr = operand(1, acc_layout)
+    x_layout: gl.constexpr = rows_layout(NP, BK, WARPS)
+    out_layout: gl.constexpr = cols_layout(BN, NP, WARPS, 4)
+    xr = gl.arange(0, NP, layout=gl.SliceLayout(1, x_layout))
+    xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_layout))
+    total = gl.cdiv(gl.maximum(TILES * SPLIT - pid, 0), G) * CHUNKS
+    for j in gl.static_range(XD - 1):
+        _copy_x(xring.index(j), x_ptr, j, total, pid, xr, xk, M, K, KS, BK, CHUNKS, TILES, G)
+        async_copy.commit_group()
+    acc = gl.zeros([BN, NP], gl.float32, acc_layout)
+    acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
+    for it in range(total):
+        async_copy.wait_group(XD - 2)  # this thread's copy of chunk `it` has landed ...
+        gl.thread_barrier()  # ... and every thread's; every thread is past iteration it - 1
+        xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
+        # the slot refilled now is iteration it - 1's, which every thread has read
+        _copy_x(xring.index((it + XD - 1) % XD), x_ptr, it + XD - 1, total, pid, xr, xk, M, K, KS, BK, CHUNKS, TILES,
+                G)
+        async_copy.commit_group()
+        i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
+        if GATED:
+            i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
+        if it % CHUNKS == CHUNKS - 1:
+            _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, TILES,
+                        BN, HAS_BIAS, HAS_RESIDUAL, GATED, out_layout)
+            acc = gl.zeros([BN, NP], gl.float32, acc_layout)
+            acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
+    async_copy.wait_group(0)
+    gl.thread_barrier()  # the x ring is free for the next op
+    return i

@@ -1,0 +1,63 @@
+"""TMA descriptors for the streaming programs' weights, encoded once when a step is bound.
+
+A streaming program copies its weights by TMA (``cp.async.bulk.tensor``), which reads a tensor
+through a descriptor: the tensor's address, shape and strides, and the box one copy moves, with
+its shared-memory swizzle. The runtime encodes one per streamed weight of each launch, over the
+engine's tensor in place (nothing is copied), with the box and swizzle the compiled code was
+built for (the manifest's ``tensor_maps``), and passes it by value as the kernel parameter,
+followed by the tensor's shape (i32) and strides (i64, elements), as Triton's kernels take it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from dataclasses import dataclass
+
+import torch
+
+from ..schema import TensorMap
+from .cuda import _check, _driver
+
+DESCRIPTOR_BYTES = 128  # a CUtensorMap
+DESCRIPTOR_ALIGN = 64
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A TMA descriptor argument, ready for a parameter block: the encoded map and the tensor's
+    shape and strides (outermost first)."""
+
+    encoded: bytes
+    shape: tuple[int, ...]
+    strides: tuple[int, ...]
+
+
+def _data_type(dtype: torch.dtype):
+    types = _driver().CUtensorMapDataType
+    table = {torch.bfloat16: types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, torch.float16: types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             torch.float32: types.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, torch.uint8: types.CU_TENSOR_MAP_DATA_TYPE_UINT8}
+    if dtype not in table:
+        raise ValueError(f"no TMA data type for {dtype}")
+    return table[dtype]
+
+
+def descriptor(tensor: torch.Tensor, tmap: TensorMap) -> Descriptor:
+    """The descriptor of ``tensor`` (a contiguous CUDA tensor whose rank is the box's) for ``tmap``."""
+    driver = _driver()
+    if tensor.dim() != len(tmap.box) or tensor.element_size() != tmap.elem_bytes:
+        raise ValueError(f"{tmap.arg}: a {tensor.dim()}-D tensor of {tensor.element_size()}-byte elements, the program "
+                         f"streams a {len(tmap.box)}-D one of {tmap.elem_bytes}-byte elements")
+    if tensor.stride(-1) != 1 or any(s * tensor.element_size() % 16 for s in tensor.stride()[:-1]):
+        raise ValueError(f"{tmap.arg}: TMA needs its last dimension contiguous and the other strides 16-byte multiples")
+    rank = tensor.dim()
+    dims = [driver.cuuint64_t(n) for n in reversed(tensor.shape)]  # innermost first
+    strides = [driver.cuuint64_t(s * tensor.element_size()) for s in reversed(tensor.stride()[:-1])]
+    box = [driver.cuuint32_t(n) for n in reversed(tmap.box)]
+    ones = [driver.cuuint32_t(1)] * rank
+    tensor_map = _check(driver.cuTensorMapEncodeTiled(
+        _data_type(tensor.dtype), rank, tensor.data_ptr(), dims, strides, box, ones,
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, driver.CUtensorMapSwizzle(tmap.swizzle),
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), f"cuTensorMapEncodeTiled({tmap.arg})")
+    encoded = ctypes.string_at(tensor_map.getPtr(), DESCRIPTOR_BYTES)
+    return Descriptor(encoded, tuple(tensor.shape), tuple(tensor.stride()))
