@@ -100,6 +100,10 @@ def test_step_matches_reference(llama, mode, rows, tokens):
 
 
 def test_staged_and_persistent_agree(llama):
+    """The two modes of one executor compute the same products in the same order: they agree to
+    float32 rounding. Where the persistent program is the streaming executor's (other tiles, the
+    tensor cores' order), each is within 1.5× the framework's bf16 error of the reference
+    (test_step_matches_reference), so they agree within 3× that error."""
     pkg, weights = llama
     results = []
     for mode in ("persistent", "staged"):
@@ -109,7 +113,17 @@ def test_staged_and_persistent_agree(llama):
         i = case.inputs
         step(i.tokens, i.positions, i.block_tables, i.context_lens)
         results.append(step.logits.clone())
-    assert _rel(results[0], results[1]) < 1e-5
+    executors = {p.executor for p in pkg.manifest.programs if p.kind == "layer"}
+    if executors == {"triton"}:
+        assert _rel(results[0], results[1]) < 1e-5
+        return
+    g, i = pkg.geometry, case.inputs
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 7)
+    ref = reference_step(g, weights, [t.clone() for t in cache.k], [t.clone() for t in cache.v], i.tokens, i.positions,
+                         i.block_tables, i.context_lens, 1)
+    bf16 = reference_step(g, weights, cache.k, cache.v, i.tokens, i.positions, i.block_tables, i.context_lens, 1,
+                          compute_dtype=torch.bfloat16)
+    assert _rel(results[0], results[1]) <= 3 * _rel(bf16, ref)
 
 
 def test_cuda_graph_replay_matches_eager(llama):

@@ -1,0 +1,239 @@
+"""The streaming executor (sm_90, Gluon) on CPU: what a streaming schedule plans, that its programs
+compile and keep every contract, that planted defects in them are caught, and the runtime's side
+of its TMA descriptors.
+
+Gluon programs do not run under Triton's interpreter: their numerics are tested on the GPU
+(``tests/test_runtime_gpu.py`` over a streaming package, ``tools/transformers_check.py``,
+``tools/executor_diff.py``; docs/PERFORMANCE.md records the runs), while the same ops' Triton
+programs keep the CPU numerics (``test_numerics.py``).
+"""
+
+import ctypes
+import json
+
+import pytest
+import yaml
+
+from monobuild.compiler.contracts.check import check_package
+from monobuild.compiler.contracts.plan_rules import param_index
+from monobuild.compiler.contracts.ptx import parse_ptx
+from monobuild.compiler.errors import InputError
+from monobuild.compiler.executor import ring, tensordesc_block, tensordesc_type
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.schedule import load_schedule, read_schedule
+from monobuild.manifest import read_manifest
+from monobuild.runtime.params import ParamBlock
+from monobuild.runtime.tma import Descriptor
+
+LAYER = "layer.r1t1.persistent"
+STREAMING = {"streaming": 1, "block_k": 128, "max_split_qkv": 8, "weight_stages": 2, "ctas_per_sm": 1}
+
+
+def streaming_table(path, target="sm_90", **overrides):
+    """The shipped table with every layer program on the streaming executor (first entry wins)."""
+    from importlib import resources
+
+    doc = yaml.safe_load((resources.files("monobuild.schedules") / f"{target}.yaml").read_text())
+    doc["entries"].insert(0, {"match": {"kind": "layer"}, "set": {**STREAMING, **overrides}})
+    path.write_text(yaml.safe_dump(doc))
+    return path
+
+
+def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_recipe, tmp_path):
+    plan = plan_recipe(load_recipe(tiny_recipe()), read_schedule(streaming_table(tmp_path / "sm_90.yaml")))
+    layer = plan.program(LAYER)
+    assert layer.executor == "gluon" and layer.ring.slots > 2 and layer.ring.rows == 64 and layer.ring.cols == 128
+    assert [s.name for s in layer.stages][:2] == ["norm_qkv", "qkv"]  # its RMSNorms are ops of their own
+    descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
+    assert descs == {w: ("bf16", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+    # the staged programs and the head stay on the Triton executor, tiled like the streaming program
+    assert {p.executor for p in plan.programs if p.kind == "layer" and p.mode == "staged"} == {"triton"}
+    assert plan.program("layer.r1t1.qkv").param("BN") == 64
+    assert {p.executor for p in plan.programs if p.kind != "layer"} == {"triton"}
+
+
+def test_the_ring_takes_what_shared_memory_holds():
+    assert ring(0, 4, 128, 1).slots == 12 and ring(3, 4, 128, 1).slots == 3
+    assert ring(0, 4, 256, 8).slots == 5 and ring(0, 8, 512, 1).slots == 2  # never fewer than two
+    assert tensordesc_type("bf16", 64, 128).startswith("tensordesc<bf16[64, 128],NVMMASharedLayout(swizzle_byte_width=128")
+
+
+def test_streaming_where_it_cannot_run_is_refused_with_the_reason(tiny_recipe, tmp_path):
+    gfx = streaming_table(tmp_path / "gfx950.yaml", "gfx950")
+    recipe = load_recipe(tiny_recipe(target="gfx950"))
+    with pytest.raises(InputError, match="streaming: the streaming executor is written for sm_90"):
+        plan_recipe(recipe, read_schedule(gfx))
+    long_tiles = read_schedule(streaming_table(tmp_path / "sm_90.yaml", long_kv_tile=128))
+    with pytest.raises(InputError, match="long_kv_tile: a streaming program walks the KV cache kv_tile tokens"):
+        plan_recipe(load_recipe(tiny_recipe()), long_tiles)
+    two = read_schedule(streaming_table(tmp_path / "two.yaml", ctas_per_sm=2))
+    with pytest.raises(InputError, match="ctas_per_sm: a streaming program is one CTA per SM"):
+        plan_recipe(load_recipe(tiny_recipe()), two)
+
+
+def test_a_deployment_of_other_dtypes_keeps_the_triton_executor(tiny_recipe, tmp_path):
+    recipe = load_recipe(tiny_recipe(dtype="fp32", kv_cache={"dtype": "fp32", "block_size": 16}))
+    plan = plan_recipe(recipe, read_schedule(streaming_table(tmp_path / "sm_90.yaml")))
+    assert plan.program(LAYER).executor == "triton"
+
+
+def test_the_shipped_tables_plan_no_streaming_program(tiny_recipe):
+    plan = plan_recipe(load_recipe(tiny_recipe()), load_schedule("sm_90"))
+    assert {p.executor for p in plan.programs} == {"triton"}
+
+
+# -- compiled: the package and its contracts ---------------------------------------------------
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory):
+    from .conftest import compile_tiny
+
+    root = tmp_path_factory.mktemp("streaming")
+    table = streaming_table(root / "sm_90.yaml")
+    return compile_tiny(root, "--schedule", str(table))[1]
+
+
+def test_the_package_names_its_executor_and_descriptors(package):
+    manifest = read_manifest(package)
+    layer = manifest.program(LAYER)
+    assert layer.executor == "gluon" and layer.block == 256  # 4 compute warps and the loader's warpgroup
+    assert {t.arg for t in layer.tensor_maps} == {"w_qkv", "w_o", "w_gate_up", "w_down"}
+    assert {(t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps} == {((64, 64), 3, 2)}
+    index = param_index(layer)  # a descriptor is five kernel parameters: itself, its shape, its strides
+    names = [a.name for a in layer.args]
+    desc = names.index("w_qkv")
+    assert index[names[desc + 1]] == index["w_qkv"] + 5
+    assert {p.executor for p in manifest.programs if p.mode == "staged" or p.kind != "layer"} == {"triton"}
+
+
+def test_the_streaming_package_keeps_every_contract(package):
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+def _ptx(pkg):
+    return pkg / "ir" / f"{LAYER}.ptx"
+
+
+def _replace(pkg, old, new, count=-1):
+    path = _ptx(pkg)
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, count))
+
+
+def relaxed_poll(pkg):
+    _replace(pkg, "ld.acquire.gpu.global.b64", "ld.relaxed.gpu.global.b64", 1)
+
+
+def relaxed_signal(pkg):
+    _replace(pkg, "atom.global.gpu.release.add", "atom.global.gpu.relaxed.add", 1)
+
+
+def half_armed(pkg):
+    text = _ptx(pkg).read_text()
+    site = next(line for line in text.splitlines() if "mbarrier.arrive.expect_tx" in line)
+    _replace(pkg, site, site.replace(", 16384;", ", 8192;"), 1)
+
+
+def stream_of_a_region(pkg):
+    """The loader's descriptor of w_o taken from the parameter of qkv (a region other CTAs write)."""
+    layer = read_manifest(pkg).program(LAYER)
+    index = param_index(layer)
+    _replace(pkg, f"layer_kernel_param_{index['w_o']};", f"layer_kernel_param_{index['qkv']};")
+
+
+def missing_wait(pkg):
+    """One edge's poll loop deleted: the consumer no longer waits."""
+    lines = _ptx(pkg).read_text().split("\n")
+    polls = [k for k, line in enumerate(lines) if "ld.acquire.gpu.global.b64" in line]
+    del lines[polls[-1]]
+    _ptx(pkg).write_text("\n".join(lines))
+
+
+@pytest.mark.parametrize("plant,contract", [
+    (relaxed_poll, "I2"), (relaxed_signal, "I1"), (half_armed, "S2"), (stream_of_a_region, "S1"),
+    (missing_wait, "I4"),
+])
+def test_each_planted_defect_in_a_streaming_program_is_caught(package, tmp_path, plant, contract):
+    import shutil
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    plant(pkg)
+    found = [v for v in check_package(pkg).violations if v.program == LAYER]
+    assert contract in {v.contract for v in found}, "\n".join(v.line() for v in found) or "nothing caught"
+
+
+# -- the PTX reader on a warp-specialized program ----------------------------------------------
+
+def test_loops_come_from_the_control_flow_graph_not_the_text_order():
+    """LLVM may place a loop's body after the code that follows it (a backward branch that leaves
+    the loop), and inline PTX repeats its scoped labels at every call site: neither is a loop."""
+    ptx = parse_ptx("""
+.visible .entry k(
+)
+{
+$L__BB0_1:
+\tadd.s32 %r1, %r1, 1;
+\tbra.uni $L__BB0_3;
+$L__BB0_2:
+\tadd.s32 %r3, %r3, 1;
+\tbra.uni $L__BB0_4;
+$L__BB0_3:
+\tsetp.lt.s32 %p1, %r1, 9;
+\t@%p1 bra $L__BB0_3;
+\tbra.uni $L__BB0_2;
+$L__BB0_4:
+{
+\t.reg .pred complete;
+\twaitLoop:
+\tmbarrier.try_wait.parity.shared.b64 complete, [%r5], %r6;
+\t@!complete bra.uni waitLoop;
+}
+{
+\t.reg .pred complete;
+\twaitLoop:
+\tmbarrier.try_wait.parity.shared.b64 complete, [%r7], %r6;
+\t@!complete bra.uni waitLoop;
+}
+\tret;
+}
+""")
+    op = {i.opcode.split(".")[0] + str(k): i.index for k, i in enumerate(ptx.instrs)}
+    assert len(ptx.loops) == 3  # the loop at BB0_3 and the two waits
+    first_add, second_add = op["add0"], op["add2"]
+    assert ptx.in_loop(first_add) is None and ptx.in_loop(second_add) is None
+    waits = [i.index for i in ptx.instrs if i.opcode.startswith("mbarrier")]
+    assert ptx.in_loop(waits[0]) != ptx.in_loop(waits[1])
+
+
+def test_a_descriptor_parameter_is_the_map_then_its_shape_and_strides():
+    encoded = bytes(range(128))
+    block = ParamBlock([tensordesc_type("bf16", 64, 128), "i32", "*i64"],
+                       [Descriptor(encoded, (3072, 2048), (2048, 1)), 7, 0x7F0000002000])
+    assert block.count == 1 + 2 + 2 + 1 + 1 + 2
+    pointers = (ctypes.c_void_p * block.count).from_address(block.address)
+    assert pointers[0] % 64 == 0 and ctypes.string_at(pointers[0], 128) == encoded
+    assert [ctypes.c_int32.from_address(pointers[k]).value for k in (1, 2)] == [3072, 2048]
+    assert [ctypes.c_int64.from_address(pointers[k]).value for k in (3, 4)] == [2048, 1]
+    assert ctypes.c_int32.from_address(pointers[5]).value == 7
+    block[1] = 9  # slots are indexed by ABI argument
+    assert ctypes.c_int32.from_address(pointers[5]).value == 9
+    with pytest.raises(ValueError, match="takes a TMA descriptor"):
+        ParamBlock([tensordesc_type("bf16", 64, 128)], [0x7F0000001000])
+
+
+def test_an_older_manifest_format_is_refused(package, tmp_path):
+    import shutil
+
+    from monobuild.manifest import PackageError
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(package, pkg)
+    doc = json.loads((pkg / "manifest.json").read_text())
+    doc["format"] = 2
+    (pkg / "manifest.json").write_text(json.dumps(doc))
+    with pytest.raises(PackageError, match="manifest format 2 is not 3"):
+        read_manifest(pkg)
