@@ -302,3 +302,20 @@ def test_a_corrupted_cache_entry_is_rebuilt_not_shipped(tiny_packages, tmp_path,
         for path in sorted(sound.rglob("*")):
             if path.is_file():
                 assert (built / path.relative_to(sound)).read_bytes() == path.read_bytes(), path
+
+
+def test_the_wheel_lists_every_subpackage():
+    """pyproject names the import package's subpackages by hand (its folders map onto monobuild.*):
+    every folder with an __init__.py under a mapped folder must be listed, or the wheel leaves it out."""
+    import tomllib
+
+    from .conftest import REPO
+
+    setup = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setup["packages"])
+    found = set()
+    for package, folder in setup["package-dir"].items():
+        for init in (REPO / folder).rglob("__init__.py"):
+            if "__pycache__" not in init.parts:
+                found.add(".".join([package, *init.parent.relative_to(REPO / folder).parts]))
+    assert found <= listed, f"not in pyproject's packages: {sorted(found - listed)}"
