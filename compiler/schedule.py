@@ -14,6 +14,7 @@ from pathlib import Path
 import yaml
 
 from .errors import InputError
+from .inputs import read_text
 
 
 @dataclass(frozen=True)
@@ -129,11 +130,17 @@ def load_schedule(target: str, directory: Path | None = None) -> Schedule:
 
 
 def read_schedule(path, missing: str = "no such schedule table") -> Schedule:
-    """The table in the file at ``path``."""
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(str(path), None, missing) from None
+    """The table in the file at ``path`` (a user's file read as inputs.read_text reads one: regular,
+    bounded, UTF-8; the shipped tables through importlib.resources)."""
+    if isinstance(path, Path):
+        if not path.exists():
+            raise InputError(str(path), None, missing)
+        text = read_text(path, "schedule table")
+    else:
+        try:
+            text = path.read_text()
+        except FileNotFoundError:
+            raise InputError(str(path), None, missing) from None
     try:
         return parse_schedule(yaml.safe_load(text), str(path))
     except yaml.YAMLError as e:

@@ -185,3 +185,18 @@ def test_a_stale_or_tampered_code_object_is_refused_by_the_runtime_reader(tiny_p
     (package / p.code).write_bytes((package / p.code).read_bytes()[:-1])
     with pytest.raises(PackageError, match="not the code object the package was built with"):
         read_code(package, p)
+
+
+@pytest.mark.parametrize("table", ["directory", "binary", "missing"])
+def test_a_schedule_table_that_is_not_a_readable_file_is_one_line(tiny_recipe, tmp_path, table):
+    path = tmp_path / "table.yaml"
+    if table == "directory":
+        path.mkdir()
+    elif table == "binary":
+        path.write_bytes(b"defaults: \xff\xfe\n")
+    result = CliRunner().invoke(main, ["compile", str(tiny_recipe()), "--out", str(tmp_path / "out"),
+                                       "--schedule", str(path)])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"monobuild: error: {path}"), result.output
+    assert not (tmp_path / "out").exists()
