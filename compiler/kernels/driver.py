@@ -77,35 +77,61 @@ def _call(fn: str, head: str, params: tuple[tuple[str, object], ...]) -> str:
     return f"{fn}({head}, " + ", ".join(f"{k}={_value(v)}" for k, v in params) + ")"
 
 
-def program_source(spec: DriverSpec) -> str:
-    """The Triton source of the program (a module: the prelude, then one @triton.jit kernel)."""
-    lines = ["", "", "@triton.jit", f"def {spec.symbol}({', '.join(a.name for a in spec.args)}):",
-             "    pid = tl.program_id(0)", "    target = 0"]
+@dataclass(frozen=True)
+class Spelling:
+    """How an executor's device code spells what the driver places around the ops (format
+    strings over the placement's numbers)."""
+
+    release_next: str  # griddepcontrol.launch_dependents
+    wait_previous: str  # griddepcontrol.wait
+    clock_start: str  # {slot} {slots}
+    clock_end: str
+    epoch: str  # the step's wait target, read before the program's first signal: {grid}
+
+
+TRITON = Spelling("tl.extra.cuda.gdc_launch_dependents()", "tl.extra.cuda.gdc_wait()",
+                  "clock_start(stage_clock, {slot}, True, {slots})", "clock_end(stage_clock, {slot}, True, {slots})",
+                  "target = (step_epoch(counters, {grid}) + 1) * {grid}")
+
+
+def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
+    """The lines of a program's op sequence (indented once): for each op, the PDL release, its
+    prefetch, its wait, its clocks around ``body(op, pre)`` (the line that runs the op, ``pre``
+    naming its prefetch's result), its signal."""
+    lines = []
     clock = spec.clock_slots > 0
     epoch_read = False
     for op in spec.ops:
         lines.append(f"    # {op.index}: {op.name}")
         if op.pdl_release:
-            lines.append("    tl.extra.cuda.gdc_launch_dependents()")
+            lines.append(f"    {spelling.release_next}")
         pre = "None"
         if op.prefetch is not None:
             pre = f"pre{op.index}"
             lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
         if op.pdl_wait:
-            lines.append("    tl.extra.cuda.gdc_wait()")
+            lines.append(f"    {spelling.wait_previous}")
         if op.wait_edge is not None:
             hang = "hang_log" if spec.hang_slots else "None"
             lines.append(f"    wait(counters + {op.wait_edge}, target, {hang}, {spec.wait_spins}, {spec.hang_slots})")
         if clock:
-            lines.append(f"    clock_start(stage_clock, {1 + 2 * op.index}, True, {spec.clock_slots})")
-        lines.append(f"    {_call(op.body, 'pid, ' + pre, op.body_args)}")
+            lines.append("    " + spelling.clock_start.format(slot=1 + 2 * op.index, slots=spec.clock_slots))
+        lines.append(f"    {body(op, pre)}")
         if clock:
-            lines.append(f"    clock_end(stage_clock, {2 + 2 * op.index}, True, {spec.clock_slots})")
+            lines.append("    " + spelling.clock_end.format(slot=2 + 2 * op.index, slots=spec.clock_slots))
         if op.signal_edge is not None:
             if not epoch_read:
-                lines.append(f"    target = (step_epoch(counters, {spec.grid}) + 1) * {spec.grid}")
+                lines.append("    " + spelling.epoch.format(grid=spec.grid))
                 epoch_read = True
             lines.append(f"    signal(counters + {op.signal_edge})")
+    return lines
+
+
+def program_source(spec: DriverSpec) -> str:
+    """The Triton source of the program (a module: the prelude, then one @triton.jit kernel)."""
+    lines = ["", "", "@triton.jit", f"def {spec.symbol}({', '.join(a.name for a in spec.args)}):",
+             "    pid = tl.program_id(0)", "    target = 0"]
+    lines += op_lines(spec, TRITON, lambda op, pre: _call(op.body, "pid, " + pre, op.body_args))
     return PRELUDE + "\n".join(lines) + "\n"
 
 

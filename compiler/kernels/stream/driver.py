@@ -7,8 +7,8 @@ The kernel allocates the weight ring (``slots`` units of [rows, cols] weight ele
   order (``load_weights``), each op's tasks as the compute warps will run them; it waits on
   nothing but free slots, so it runs ahead of every sync edge and of the launch's
   ``griddepcontrol.wait``;
-- the **compute warps** run the ops in order exactly as the Triton driver places them
-  (``kernels/driver.py``): the PDL release, the op's prefetch, its wait (``griddepcontrol.wait``
+- the **compute warps** run the ops in order, placed by the Triton driver's ``op_lines`` with
+  this executor's spelling: the PDL release, the op's prefetch, its wait (``griddepcontrol.wait``
   or the edge's counter), its clocks, its body, its signal. A streamed op's body takes the ring
   and returns the CTA's advanced place in the weight stream.
 
@@ -19,7 +19,7 @@ by construction: unit i is in slot i mod slots, completing phase (i div slots) m
 from __future__ import annotations
 
 from ...executor import Ring
-from ..driver import DriverSpec, _call
+from ..driver import DriverSpec, Spelling, _call, op_lines
 
 PRELUDE = """from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -49,38 +49,21 @@ def _loader_source(spec: DriverSpec, descs: tuple[str, ...]) -> list[str]:
     return lines
 
 
+GLUON = Spelling("launch_dependents()", "grid_dependency_wait()", "clock_start(stage_clock, {slot}, {slots})",
+                 "clock_end(stage_clock, {slot}, {slots})", "target = step_target(counters, {grid})")
+
+
+def _body(op, pre: str) -> str:
+    """A streamed op's body takes the rings and returns the CTA's advanced place in the stream."""
+    if op.streamed is not None:
+        return f"i = {_call(op.body, ', '.join(COMPUTE_HEAD), op.body_args)}"
+    return _call(op.body, "pid, " + pre, op.body_args)
+
+
 def _compute_source(spec: DriverSpec, compute_args: tuple[str, ...]) -> list[str]:
     lines = ["", "", "@gluon.jit", f"def _compute({', '.join(COMPUTE_RINGS + compute_args)}):", "    i = 0",
              "    target = 0"]
-    clock = spec.clock_slots > 0
-    epoch_read = False
-    for op in spec.ops:
-        lines.append(f"    # {op.index}: {op.name}")
-        if op.pdl_release:
-            lines.append("    launch_dependents()")
-        pre = "None"
-        if op.prefetch is not None:
-            pre = f"pre{op.index}"
-            lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
-        if op.pdl_wait:
-            lines.append("    grid_dependency_wait()")
-        if op.wait_edge is not None:
-            hang = "hang_log" if spec.hang_slots else "None"
-            lines.append(f"    wait(counters + {op.wait_edge}, target, {hang}, {spec.wait_spins}, {spec.hang_slots})")
-        if clock:
-            lines.append(f"    clock_start(stage_clock, {1 + 2 * op.index}, {spec.clock_slots})")
-        if op.streamed is not None:
-            lines.append(f"    i = {_call(op.body, ', '.join(COMPUTE_HEAD), op.body_args)}")
-        else:
-            lines.append(f"    {_call(op.body, 'pid, ' + pre, op.body_args)}")
-        if clock:
-            lines.append(f"    clock_end(stage_clock, {2 + 2 * op.index}, {spec.clock_slots})")
-        if op.signal_edge is not None:
-            if not epoch_read:
-                lines.append(f"    target = step_target(counters, {spec.grid})")
-                epoch_read = True
-            lines.append(f"    signal(counters + {op.signal_edge})")
-    return lines
+    return lines + op_lines(spec, GLUON, _body)
 
 
 def program_source(spec: DriverSpec, ring: Ring) -> str:
