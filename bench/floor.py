@@ -195,6 +195,7 @@ class FloorProgram:
     launch_pdl: bool
     launch_cooperative: bool
     grid: int
+    max_registers: int | None = None  # the compiler's choice, as for a layer program alone on its SM
 
     def kernel(self):
         from ..compiler import kernels

@@ -35,10 +35,12 @@ class Program:
     launch_pdl: bool
     launch_cooperative: bool
     grid: int
+    max_registers: int | None = None  # a thread's register cap (ptx .maxnreg); None: the compiler's choice
 
     def key_parts(self) -> tuple:
         """Everything about the program that changes its code."""
-        return (self.symbol, self.source, self.args, self.num_warps, self.launch_pdl, self.launch_cooperative)
+        return (self.symbol, self.source, self.args, self.num_warps, self.launch_pdl, self.launch_cooperative,
+                self.max_registers)
 
     def kernel(self):
         """The @triton.jit kernel (interpreted under ``TRITON_INTERPRET``)."""
@@ -74,10 +76,11 @@ def driver_spec(plan: ProgramPlan) -> DriverSpec:
     for op, stage in zip(plan.ops, plan.stages):
         b = dict(op.bindings)
         body, body_args, prefetch, streamed = op.body, None, op.prefetch, None
-        if plan.executor == "gluon" and op.body in stream_driver.STREAMED:  # the loader prefetches its weights
-            body, loader = stream_driver.STREAMED[op.body]
-            body_args = _pick(op.name, module, body, b, len(stream_driver.COMPUTE_HEAD))
-            prefetch, streamed = None, (loader, _pick(op.name, module, loader, b, len(stream_driver.LOADER_HEAD)))
+        if plan.executor == "gluon" and op.body in stream_driver.STREAMED:  # the loader streams its inputs
+            fns = stream_driver.STREAMED[op.body]
+            body, prefetch = fns.compute, fns.prefetch
+            body_args = _pick(op.name, module, body, b, len(stream_driver.COMPUTE_HEAD) + (prefetch is not None))
+            streamed = (fns.loader, _pick(op.name, module, fns.loader, b, len(stream_driver.LOADER_HEAD)))
         calls.append(OpCall(
             op.name, body, body_args or _pick(op.name, module, body, b, 2), prefetch,
             _pick(op.name, module, prefetch, b, 1) if prefetch else (), stage.index, into.get(op.name),
@@ -91,7 +94,7 @@ def emit(plan: ProgramPlan) -> Program:
     spec = driver_spec(plan)
     source = stream_driver.program_source(spec, plan.ring) if plan.executor == "gluon" else program_source(spec)
     return Program(plan.name, spec.symbol, source, plan.args, plan.num_warps, plan.launch_pdl,
-                   plan.launch_cooperative, plan.grid)
+                   plan.launch_cooperative, plan.grid, plan.max_registers)
 
 
 def emitter_digest() -> str:

@@ -5,14 +5,17 @@ Two executors run the same ops (``compiler/ops``) over the same regions and edge
 - **triton** — the Triton-language programs (``compiler/kernels``): every target, staged and
   persistent, and the only one Triton's CPU interpreter runs (the numerics tests);
 - **gluon** — the streaming executor for sm_90 (``compiler/kernels/stream``): a persistent layer
-  program whose loader warp streams every GEMV's weights through a shared-memory ring by TMA,
-  ahead of the sync edges, while the compute warps run the ops.
+  program whose loader warp streams every GEMV's weights and attention's cached K and V (below
+  the step's append positions: written by earlier steps, read-only for the launch) through a
+  shared-memory ring by TMA, ahead of the sync edges, while the compute warps run the ops.
 
-A schedule entry turns the streaming executor on (``streaming: 1``). Where it is on, the layer's
-GEMVs are tiled for its units (16 weight rows a compute warp, in both modes, so that the staged
-programs and the head agree with it on the hidden state's split-K partials) and the RMSNorms are
-ops of their own; the persistent layer program is the streaming one wherever its dtypes are the
-ones it is written for (bf16), the Triton executor's otherwise.
+A schedule entry turns the streaming executor on (``streaming: 1``). Where it is on, the
+layer's GEMVs are tiled for its units (16 weight rows a compute warp, in both modes, so that the
+staged programs and the head agree with it on the hidden state's split-K partials); the
+RMSNorms are ops of their own or staged by each CTA of their GEMV as the entry's
+``norm_stages`` says, as for the Triton executor. The persistent layer program is the
+streaming one wherever its dtypes are the ones it is written for (bf16), the Triton
+executor's otherwise.
 """
 
 from __future__ import annotations
@@ -25,12 +28,16 @@ from .ops.spec import Op
 
 WARP_ROWS = 16  # a compute warp's rows of a streamed GEMV tile: the tensor cores' m16
 X_DEPTH = 4  # activation chunks a GEMV keeps in flight, plus the one it multiplies
-LOADER_REGS = 40  # registers a loader thread keeps; the compute warps get the rest
-# Dynamic shared memory a streaming CTA may take on sm_90 (the opt-in maximum, 227 KB), less what
-# its other buffers need: the tiles' layout conversions, attention's operand staging, barriers.
+LOADER_REGS = 32  # registers a loader thread keeps; the compute warps get the rest
+# The loader's one warp is a warpgroup's worth of threads in the CTA: register reallocation
+# (setmaxnreg) works on whole warpgroups.
+LOADER_GROUP_WARPS = 4
+SM_REGISTERS = 65536
+# Shared memory a streaming CTA may take on sm_90 (the opt-in maximum, 227 KB), less what its
+# other buffers need (``shared_other``).
 SHARED_MAX = 232448
-SHARED_OTHER = 24 * 1024
-STREAMED_BODIES = ("gemv_op",)  # the ops whose weights the loader streams, tile by tile
+SHARED_SCRATCH = 4 * 1024  # the layout conversions' scratch besides attention's merge (1.4 KB seen)
+GEMV_BODY, ATTENTION_BODY = "gemv_op", "attention_op"  # the ops whose inputs the loader streams
 DTYPE = "bf16"  # the dtype of the weights, activations and KV cache the streaming programs are written for
 
 
@@ -60,13 +67,36 @@ def stream_rows(num_warps: int) -> int:
     return WARP_ROWS * num_warps
 
 
-def ring(slots_wanted: int, num_warps: int, block_k: int, m: int) -> Ring:
-    """The rings of a streaming program: as many weight slots as the table asks for (its
-    ``stream_slots``; 0: no limit) and shared memory holds, at least two."""
+def shared_other(num_warps: int, query_rows: int, head_dim: int) -> int:
+    """Shared memory a streaming CTA needs besides its rings: the scratch of attention's merge of
+    its warps' softmax states (one fp32 [query rows, head_dim] a warp: 16 KB of the 17.4 KB that
+    Llama-3.2-1B's 1-row program takes, compiled) and of the other layout conversions."""
+    return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH
+
+
+def ring(slots_wanted: int, num_warps: int, block_k: int, m: int, other: int) -> Ring:
+    """The rings of a streaming program whose CTA needs ``other`` bytes of shared memory besides
+    them: as many weight slots as the table asks for (its ``stream_slots``; 0: no limit) and
+    shared memory holds, at least two."""
     x_rows = max(8, 1 << (m - 1).bit_length())
     one = Ring(1, stream_rows(num_warps), block_k, X_DEPTH, x_rows, LOADER_REGS)
-    fits = (SHARED_MAX - SHARED_OTHER - one.shared_bytes) // (one.unit_bytes + 16) + 1
+    budget = SHARED_MAX - other
+    fits = (budget - one.shared_bytes) // (one.unit_bytes + 16) + 1
     return replace(one, slots=max(2, min(slots_wanted or fits, fits)))
+
+
+def threads(num_warps: int) -> int:
+    """A streaming CTA's threads: the compute warps and the loader's warpgroup."""
+    return 32 * (num_warps + LOADER_GROUP_WARPS)
+
+
+def register_cap(num_warps: int) -> int | None:
+    """A thread's registers at launch (a multiple of 8) where the CTA has more threads than the
+    register file gives 255 registers each (8 compute warps and the loader's warpgroup: 168);
+    warp specialization then moves the loader's unused ones to the compute warps. Otherwise the
+    compiler's choice (None)."""
+    cap = SM_REGISTERS // threads(num_warps) // 8 * 8
+    return None if cap >= 255 else cap
 
 
 def _swizzle(cols: int, elem_bytes: int) -> int:
@@ -93,14 +123,29 @@ def tensordesc_block(type_: str) -> tuple[str, tuple[int, ...]] | None:
     return m.group(1), tuple(int(x) for x in m.group(2).split(","))
 
 
+def kv_tile_tokens(unit: Ring, head_dim: int, block_size: int) -> int:
+    """Tokens of a streamed KV tile: as many whole pages as a ring unit holds of their K and V
+    rows (0: not one page)."""
+    return unit.unit_bytes // (2 * 2 * head_dim) // block_size * block_size
+
+
 def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
-    """The ops with each streamed weight bound as a TMA descriptor of the ring's unit (the ABI
-    then names it so: the runtime builds the descriptor over the bound tensor)."""
+    """The ops with what the loader streams bound as TMA descriptors (the ABI then names them so:
+    the runtime builds each descriptor over the bound tensor): each GEMV's weight in units of the
+    ring's [rows, cols]; attention's K and V caches in pages of one KV head ([block_size,
+    head_dim] boxes of the caches seen as [blocks · block_size, kv_heads · head_dim]), its tiles
+    as many tokens as a unit holds."""
     out = []
     for op in ops:
-        if op.body in STREAMED_BODIES:
+        if op.body == GEMV_BODY:
             w = op.binding("w_ptr")
             desc = Arg(w.name, tensordesc_type(w.type.lstrip("*"), unit.rows, unit.cols), w.role)
             op = replace(op, bindings=tuple((k, desc if k == "w_ptr" else v) for k, v in op.bindings))
+        elif op.body == ATTENTION_BODY:
+            d, bs = op.binding("D"), op.binding("BS")
+            tiles = tuple((f"{c[0]}_tiles", Arg(f"{c[0]}_tiles", tensordesc_type(op.binding(c).type.lstrip("*"), bs, d),
+                                                 "kv_cache")) for c in ("k_cache_ptr", "v_cache_ptr"))
+            kt = kv_tile_tokens(unit, d, bs)
+            op = replace(op, bindings=tuple((k, kt if k == "KT" else v) for k, v in op.bindings) + tiles)
         out.append(op)
     return tuple(out)

@@ -49,6 +49,7 @@ class ProgramPlan:
     schedule: ScheduleEntry
     executor: str = "triton"  # triton | gluon (compiler/executor.py)
     ring: Ring | None = None  # the streaming executor's shared-memory rings
+    max_registers: int | None = None  # a thread's register cap (None: the compiler's choice)
 
     def param(self, name: str):
         return dict(self.params)[name]
@@ -231,7 +232,7 @@ class Planner:
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
                                           if long_kt > kt else "")
         streams = self._streams(entry, mode)
-        norm_stages = bool(entry.norm_stages or entry.streaming)
+        norm_stages = bool(entry.norm_stages)
         bn = self._block_n(entry)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
@@ -257,17 +258,26 @@ class Planner:
         programs = self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid)), declared, full_grid, cx, entry)
         if not streams:
             return programs
-        rings = executor.ring(entry.stream_slots, entry.num_warps, cx["BK"], band.m)
+        other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim)
+        rings = executor.ring(entry.stream_slots, entry.num_warps, cx["BK"], band.m, other)
+        kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)
+        least = max(16 * entry.num_warps, d.kv_cache.block_size)  # a product's 16 tokens a compute warp
+        if kv_tile < least or kv_tile & (kv_tile - 1):
+            raise InputError(self.schedule.source, "block_k",
+                             f"a streamed KV tile is whole pages of K and V in one ring unit, a power of two of at "
+                             f"least {least} tokens (16 a compute warp): a {rings.unit_bytes} B unit holds "
+                             f"{kv_tile} tokens of head_dim {g.head_dim}; raise block_k")
         return tuple(self._streaming(p, rings, declared) for p in programs)
 
     def _streaming(self, p: ProgramPlan, rings: Ring, declared: dict) -> ProgramPlan:
-        """A persistent layer program as the streaming executor runs it: its streamed weights bound
-        as TMA descriptors of the ring's unit (so its ABI says so)."""
+        """A persistent layer program as the streaming executor runs it: its streamed weights and
+        KV caches bound as TMA descriptors (so its ABI says so)."""
         d = self.recipe.deployment
         ops = executor.streamed(p.ops, rings)
         args = derive.abi(ops, declared, counters=bool(p.syncs), hang_log=bool(p.hang_slots),
                           stage_clock=_clocked(p.kind, d.stage_clock))
-        return replace(p, ops=ops, args=args, executor="gluon", ring=rings)
+        return replace(p, ops=ops, args=args, executor="gluon", ring=rings,
+                       max_registers=executor.register_cap(p.num_warps))
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment

@@ -88,8 +88,10 @@ def _triton_compile(program: Program, target: Target, options: dict):
 def compile_program(program: Program, target: Target) -> CodeObject:
     options = {"num_warps": program.num_warps, "launch_pdl": program.launch_pdl,
                "launch_cooperative_grid": program.launch_cooperative}
+    if program.max_registers is not None:  # its part of the SM's register file: no retry beyond it
+        options["maxnreg"] = program.max_registers
     compiled = _triton_compile(program, target, options)
-    if target.is_nvidia and program.launch_cooperative:
+    if target.is_nvidia and program.launch_cooperative and program.max_registers is None:
         threads = compiled.metadata.num_warps * target.warp_size  # a warp-specialized kernel's partitions included
         res = nvidia_resources(compiled.asm["cubin"], compiled.metadata.shared, threads, target)
         if res.stack_bytes or res.spill_bytes:

@@ -73,7 +73,8 @@ class StepBuffers:
         elif role == "io":
             found = self._io(name, layer, kind)
         elif role == "kv_cache":
-            found = {"k_cache": k_caches, "v_cache": v_caches}.get(name)
+            # k_tiles / v_tiles: the same caches, read by TMA in a streaming program
+            found = {"k_cache": k_caches, "v_cache": v_caches, "k_tiles": k_caches, "v_tiles": v_caches}.get(name)
             found = found[layer] if found is not None else None
         elif role == "step_input":
             found = inputs.block_tables.stride(0) if name == "bt_stride" else getattr(inputs, name, None)

@@ -24,7 +24,7 @@ from .hangs import check_hang_log
 from .kvcache import KVCache
 from .params import ParamBlock
 from .rope import rope_table
-from .tma import descriptor
+from .tma import descriptor, token_rows
 from .weights import ALIGNMENT, PackedWeights
 
 
@@ -45,10 +45,11 @@ def _address(value) -> int:
 
 
 def _param(program, arg, value):
-    """A launch's value for ``arg``: a TMA descriptor over the tensor for a streamed weight (the
-    box and swizzle the code was built with), its address or the integer otherwise."""
+    """A launch's value for ``arg``: a TMA descriptor over the tensor for a streamed weight or KV
+    cache (the box and swizzle the code was built with; a cache seen as its token rows), its
+    address or the integer otherwise."""
     if arg.type.startswith("tensordesc"):
-        return descriptor(value, program.tensor_map(arg.name))
+        return descriptor(token_rows(value) if arg.role == "kv_cache" else value, program.tensor_map(arg.name))
     return _address(value)
 
 

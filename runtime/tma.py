@@ -1,11 +1,12 @@
-"""TMA descriptors for the streaming programs' weights, encoded once when a step is bound.
+"""TMA descriptors for the streaming programs' weights and KV caches, encoded when a step is bound.
 
-A streaming program copies its weights by TMA (``cp.async.bulk.tensor``), which reads a tensor
-through a descriptor: the tensor's address, shape and strides, and the box one copy moves, with
-its shared-memory swizzle. The runtime encodes one per streamed weight of each launch, over the
-engine's tensor in place (nothing is copied), with the box and swizzle the compiled code was
-built for (the manifest's ``tensor_maps``), and passes it by value as the kernel parameter,
-followed by the tensor's shape (i32) and strides (i64, elements), as Triton's kernels take it.
+A streaming program copies its weights and cached K/V by TMA (``cp.async.bulk.tensor``), which
+reads a tensor through a descriptor: the tensor's address, shape and strides, and the box one
+copy moves, with its shared-memory swizzle. The runtime encodes one per streamed tensor of each
+launch, over the engine's tensor in place (nothing is copied; a paged KV cache seen as its token
+rows), with the box and swizzle the compiled code was built for (the manifest's
+``tensor_maps``), and passes it by value as the kernel parameter, followed by the tensor's shape
+(i32) and strides (i64, elements), as Triton's kernels take it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ def _data_type(dtype: torch.dtype):
     if dtype not in table:
         raise ValueError(f"no TMA data type for {dtype}")
     return table[dtype]
+
+
+def token_rows(cache: torch.Tensor) -> torch.Tensor:
+    """A layer's paged cache [num_blocks, block_size, kv_heads, head_dim] as the 2-D tensor a
+    streaming program's KV descriptor reads: a row a cached token, its heads side by side (a
+    view: the cache tensors are contiguous, ``as_kv_cache`` checks)."""
+    blocks, block_size, heads, head_dim = cache.shape
+    return cache.view(blocks * block_size, heads * head_dim)
 
 
 def descriptor(tensor: torch.Tensor, tmap: TensorMap) -> Descriptor:

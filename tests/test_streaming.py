@@ -18,7 +18,7 @@ from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.contracts.plan_rules import param_index
 from monobuild.compiler.contracts.ptx import parse_ptx
 from monobuild.compiler.errors import InputError
-from monobuild.compiler.executor import ring, tensordesc_block, tensordesc_type
+from monobuild.compiler.executor import register_cap, ring, shared_other, tensordesc_block, tensordesc_type, threads
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, read_schedule
@@ -46,7 +46,12 @@ def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_reci
     assert layer.executor == "gluon" and layer.ring.slots > 2 and layer.ring.rows == 64 and layer.ring.cols == 128
     assert [s.name for s in layer.stages][:2] == ["norm_qkv", "qkv"]  # its RMSNorms are ops of their own
     descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
-    assert descs == {w: ("bf16", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+    weights = {w: ("bf16", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+    # the caches in pages of one KV head ([block_size, head_dim]); a tile is as many pages as a unit holds
+    assert descs == {**weights, "k_tiles": ("bf16", (16, 32)), "v_tiles": ("bf16", (16, 32))}
+    attn = next(op for op in layer.ops if op.name == "attn")
+    assert attn.binding("KT") == 64 * 128 * 2 // (2 * 2 * 32)
+    assert {a.role for a in layer.args if a.name in ("k_tiles", "v_tiles")} == {"kv_cache"}
     # the staged programs and the head stay on the Triton executor, tiled like the streaming program
     assert {p.executor for p in plan.programs if p.kind == "layer" and p.mode == "staged"} == {"triton"}
     assert plan.program("layer.r1t1.qkv").param("BN") == 64
@@ -54,8 +59,10 @@ def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_reci
 
 
 def test_the_ring_takes_what_shared_memory_holds():
-    assert ring(0, 4, 128, 1).slots == 12 and ring(3, 4, 128, 1).slots == 3
-    assert ring(0, 4, 256, 8).slots == 5 and ring(0, 8, 512, 1).slots == 2  # never fewer than two
+    other = shared_other(4, 16, 64)  # attention's merge of 4 warps' [16, 64] fp32 states, and scratch
+    assert other == 20 * 1024
+    assert ring(0, 4, 128, 1, other).slots == 12 and ring(3, 4, 128, 1, other).slots == 3
+    assert ring(0, 4, 256, 8, other).slots == 5 and ring(0, 8, 512, 1, other).slots == 2  # never fewer than two
     assert tensordesc_type("bf16", 64, 128).startswith("tensordesc<bf16[64, 128],NVMMASharedLayout(swizzle_byte_width=128")
 
 
@@ -83,6 +90,32 @@ def test_the_shipped_tables_plan_no_streaming_program(tiny_recipe):
     assert {p.executor for p in plan.programs} == {"triton"}
 
 
+def test_a_streamed_kv_tile_too_small_for_the_warps_is_refused(tiny_recipe, tmp_path):
+    """A KV tile is whole pages of K and V in one ring unit, 16 tokens a compute warp at least: a
+    unit of 64 rows × 16 columns holds 16 tokens of the tiny model's 32-wide heads."""
+    table = read_schedule(streaming_table(tmp_path / "sm_90.yaml", block_k=16))
+    with pytest.raises(InputError, match="block_k: a streamed KV tile is whole pages .* at least 64 tokens"):
+        plan_recipe(load_recipe(tiny_recipe()), table)
+
+
+def test_a_streaming_program_without_norm_stages_norms_in_its_gemvs(tiny_recipe, tmp_path):
+    """norm_stages 0: no norm ops; qkv and up take the norm weights and stage their CTA's own x̂."""
+    table = read_schedule(streaming_table(tmp_path / "sm_90.yaml", norm_stages=0))
+    layer = plan_recipe(load_recipe(tiny_recipe()), table).program(LAYER)
+    assert layer.executor == "gluon" and [s.name for s in layer.stages] == ["qkv", "attn", "combine", "o", "up",
+                                                                             "down"]
+    for name, norm in (("qkv", "attn_norm"), ("up", "mlp_norm")):
+        op = next(op for op in layer.ops if op.name == name)
+        assert op.binding("NORM") and op.binding("norm_ptr").name == norm and op.binding("x_hat_ptr") is not None
+
+
+def test_a_warp_specialized_cta_past_256_threads_gets_its_part_of_the_register_file():
+    """Eight compute warps and the loader's warpgroup are 384 threads: 168 registers each at
+    launch (65536 / 384, a multiple of 8); four and the loader (256 threads) keep the compiler's."""
+    assert threads(8) == 384 and register_cap(8) == 168
+    assert threads(4) == 256 and register_cap(4) is None
+
+
 # -- compiled: the package and its contracts ---------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -98,8 +131,9 @@ def test_the_package_names_its_executor_and_descriptors(package):
     manifest = read_manifest(package)
     layer = manifest.program(LAYER)
     assert layer.executor == "gluon" and layer.block == 256  # 4 compute warps and the loader's warpgroup
-    assert {t.arg for t in layer.tensor_maps} == {"w_qkv", "w_o", "w_gate_up", "w_down"}
-    assert {(t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps} == {((64, 64), 3, 2)}
+    maps = {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps}
+    assert maps == {**{w: ((64, 64), 3, 2) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")},
+                    "k_tiles": ((16, 32), 2, 2), "v_tiles": ((16, 32), 2, 2)}
     index = param_index(layer)  # a descriptor is five kernel parameters: itself, its shape, its strides
     names = [a.name for a in layer.args]
     desc = names.index("w_qkv")
@@ -108,6 +142,16 @@ def test_the_package_names_its_executor_and_descriptors(package):
 
 
 def test_the_streaming_package_keeps_every_contract(package):
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+def test_a_streaming_package_whose_gemvs_norm_keeps_every_contract(tmp_path):
+    """norm_stages 0: each GEMV CTA stages its own x̂ (stores, a CTA barrier, then its reads)."""
+    from .conftest import compile_tiny
+
+    package = compile_tiny(tmp_path, "--schedule", str(streaming_table(tmp_path / "sm_90.yaml", norm_stages=0)))[1]
+    assert read_manifest(package).program(LAYER).executor == "gluon"
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 
@@ -144,6 +188,24 @@ def stream_of_a_region(pkg):
     _replace(pkg, f"layer_kernel_param_{index['w_o']};", f"layer_kernel_param_{index['qkv']};")
 
 
+def kv_copy_dropped(pkg):
+    """One of a KV tile's page copies deleted: its unit's barrier waits for bytes that never come."""
+    layer = read_manifest(pkg).program(LAYER)
+    text = _ptx(pkg).read_text()
+    ptx = parse_ptx(text)
+    v_tiles = param_index(layer)["v_tiles"]
+    copy = next(i for i in ptx.instrs if i.opcode.startswith("cp.async.bulk.tensor") and v_tiles in ptx.address_params(i))
+    lines = text.split("\n")
+    del lines[copy.line - 1]
+    _ptx(pkg).write_text("\n".join(lines))
+
+
+def kv_of_a_region(pkg):
+    """The loader's K descriptor taken from the parameter of part_acc (a region other CTAs write)."""
+    index = param_index(read_manifest(pkg).program(LAYER))
+    _replace(pkg, f"layer_kernel_param_{index['k_tiles']};", f"layer_kernel_param_{index['part_acc']};")
+
+
 def missing_wait(pkg):
     """One edge's poll loop deleted: the consumer no longer waits."""
     lines = _ptx(pkg).read_text().split("\n")
@@ -154,7 +216,7 @@ def missing_wait(pkg):
 
 @pytest.mark.parametrize("plant,contract", [
     (relaxed_poll, "I2"), (relaxed_signal, "I1"), (half_armed, "S2"), (stream_of_a_region, "S1"),
-    (missing_wait, "I4"),
+    (missing_wait, "I4"), (kv_copy_dropped, "S2"), (kv_of_a_region, "S1"),
 ])
 def test_each_planted_defect_in_a_streaming_program_is_caught(package, tmp_path, plant, contract):
     import shutil
@@ -237,3 +299,16 @@ def test_an_older_manifest_format_is_refused(package, tmp_path):
     (pkg / "manifest.json").write_text(json.dumps(doc))
     with pytest.raises(PackageError, match="manifest format 2 is not 3"):
         read_manifest(pkg)
+
+
+def test_a_kv_cache_is_described_as_its_token_rows_in_place():
+    """The KV descriptors read a layer's [blocks, block_size, kv_heads, head_dim] cache as
+    [blocks · block_size, kv_heads · head_dim]: a view of the engine's tensor, not a copy."""
+    import torch
+
+    from monobuild.runtime.tma import token_rows
+
+    cache = torch.arange(3 * 16 * 2 * 8, dtype=torch.float32).reshape(3, 16, 2, 8)
+    rows = token_rows(cache)
+    assert rows.shape == (48, 16) and rows.data_ptr() == cache.data_ptr()
+    assert torch.equal(rows[17, 8:], cache[1, 1, 1])  # block 1, slot 1, KV head 1

@@ -15,6 +15,7 @@ from .violations import Violation
 
 _STRONG_SCOPES = ("gpu", "sys")
 _COHERENT_LOADS = ("cg", "cv", "volatile", "acquire", "relaxed")
+STREAMABLE = ("layer_weight", "model_weight", "kv_cache")  # the roles a TMA copy may read (S1)
 
 
 def _site(ins: Instr) -> str:
@@ -84,9 +85,13 @@ def _barrier(ins: Instr) -> str:
 def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     """The streaming contracts on a program's TMA copies (the async proxy).
 
-    S1: every copy reads through the descriptor of a weight (read-only for the launch). Nothing
-    another CTA writes is then read by the async proxy, so no acquire needs a proxy fence after
-    it, and the loader, which waits on no sync edge, cannot read a region before it is written.
+    S1: every copy reads through the descriptor of a weight or of a KV cache. Weights are
+    read-only for the launch; of the cache, a launch uses only entries earlier launches wrote
+    (its own appends are disjoint from them, C1, as for every KV read). A KV box may also cover
+    slots past the context in a split's last page, the step's own append slot among them, whose
+    values the compute warps mask out unread. Nothing another CTA writes in the launch is then
+    used through the async proxy, so no acquire needs a proxy fence after it, and the loader,
+    which waits on no sync edge, cannot use a region before it is written.
     S2: the bytes an mbarrier is armed to expect (``mbarrier.arrive.expect_tx``) equal what the
     copies that complete on it move (each the box of its descriptor's tensor map): fewer, and
     the consumer reads a slot before its data lands; more, and it waits forever.
@@ -113,12 +118,11 @@ def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
         elif _is_tensor_copy(ins):
             sources = ptx.address_params(ins)
             read = sorted(descs[k].name if k in descs else f"parameter {k}" for k in sources)
-            if not sources or any(k not in descs or descs[k].role not in ("layer_weight", "model_weight")
-                                  for k in sources):
+            if not sources or any(k not in descs or descs[k].role not in STREAMABLE for k in sources):
                 out.append(Violation(p.name, _site(ins), "S1",
                                      f"a TMA copy reads {', '.join(read) or 'an address from no parameter'}: the "
-                                     "async proxy may stream only the weights (read-only), never a region another CTA "
-                                     "writes in the launch"))
+                                     "async proxy may stream only the weights and the KV cache's earlier steps "
+                                     "(read-only for the launch), never a region another CTA writes in the launch"))
                 continue
             key = (ins.function, _barrier(ins))
             if key not in armed:

@@ -2,17 +2,24 @@
 the layer's q/k norm, RoPE and KV append; task (row, KV head, split) → partials (acc, max, sum).
 
 The math, tasks and regions are the Triton executor's (``kernels/attention.py``); the products
-are the tensor cores' (mma, the warps side by side across a tile's tokens and head_dim), and a
-split walks its cached pages KT tokens a tile, the next tile's K and V loaded before the current
-one is multiplied. What a task reads that qkv does not write — its row's context length, the
-positions, its split's first KV tile — is its prefetch, loaded before the op's wait.
+are the tensor cores' (mma, the warps side by side across a tile's tokens and head_dim). The
+cached K and V come through the weight ring: a split's tiles of KT tokens are units of the CTA's
+stream like a GEMV's weight chunks, one unit a tile (its K rows, then its V rows), which the
+loader (``load_kv``) copies page by page by TMA from the block tables and context lengths, ahead
+of the op's wait and of the qkv weights' last units: the cache below a step's append positions
+was written by earlier steps, so nothing in the launch writes what the loader reads. A tile's
+pages past its split are copies of the split's last page, so every unit moves the same bytes,
+and its tokens outside the context are masked in the product (a stale slot may hold NaN). What a
+task reads that qkv does not write — its row's context length and positions — is its prefetch,
+loaded before the op's wait.
 """
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import mma_v2
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from .layouts import cols_layout, mma_cols, operand, rows_layout
+from .layouts import batched_smem, mma_batched, mma_cols, operand, rows_layout, tile_smem
 
 
 @gluon.jit
@@ -55,25 +62,6 @@ def _in_context(p0, t, end, cached, BS: gl.constexpr):
 
 
 @gluon.jit
-def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, end, cached, h, NKV: gl.constexpr, D: gl.constexpr,
-             BS: gl.constexpr, KT: gl.constexpr, kt_layout: gl.constexpr, v_layout: gl.constexpr):
-    """Kᵀ [D, KT] and V [KT, D] of the KT cached tokens from page p0 of one row's block table, KV
-    head h; tokens outside the split's context are not loaded (a stale slot may hold NaN)."""
-    t = gl.arange(0, KT, layout=gl.SliceLayout(0, kt_layout))
-    page = p0 + t // BS
-    block = gl.load(table_ptr + page, mask=page < end, other=0).to(gl.int64)
-    slot = (block * BS + t % BS) * NKV + h
-    ok = _in_context(p0, t, end, cached, BS)
-    d = gl.arange(0, D, layout=gl.SliceLayout(1, kt_layout))
-    k_t = gl.load(k_cache_ptr + slot[None, :] * D + d[:, None], mask=ok[None, :], other=0.0)
-    slot_v = gl.convert_layout(slot, gl.SliceLayout(1, v_layout))
-    ok_v = gl.convert_layout(ok, gl.SliceLayout(1, v_layout))
-    dv = gl.arange(0, D, layout=gl.SliceLayout(0, v_layout))
-    v = gl.load(v_cache_ptr + slot_v[:, None] * D + dv[None, :], mask=ok_v[:, None], other=0.0)
-    return k_t, v
-
-
-@gluon.jit
 def _softmax_step(scores, v_b, m_i, l_i, acc, a_layout: gl.constexpr):
     """One online-softmax step over scores [QP, T] (masked entries -inf) and values V [T, D]."""
     m_new = gl.maximum(m_i, gl.max(scores, axis=1))
@@ -83,6 +71,38 @@ def _softmax_step(scores, v_b, m_i, l_i, acc, a_layout: gl.constexpr):
     l_i = l_i * alpha + gl.sum(p, axis=1)
     acc = mma_v2(gl.convert_layout(p.to(v_b.dtype), a_layout), v_b, acc * alpha[:, None])
     return m_new, l_i, acc
+
+
+@gluon.jit
+def _warp_softmax_step(scores, v_b, m_i, l_i, acc, a_layout: gl.constexpr):
+    """``_softmax_step`` batched over the warps: scores [W, QP, T], V [W, T, D], each warp's
+    own state (m_i, l_i [W, QP], acc [W, QP, D]); every reduction stays inside a warp."""
+    m_new = gl.maximum(m_i, gl.max(scores, axis=2))
+    m_safe = gl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = gl.exp(m_i - m_safe)
+    p = gl.exp(scores - m_safe[:, :, None])
+    l_i = l_i * alpha + gl.sum(p, axis=2)
+    acc = mma_v2(gl.convert_layout(p.to(v_b.dtype), a_layout), v_b, acc * alpha[:, :, None])
+    return m_new, l_i, acc
+
+
+@gluon.jit
+def _merge_warps(m_w, l_w, acc_w, layout: gl.constexpr):
+    """The warps' softmax states merged into one ([QP], [QP], [QP, D] in ``layout``)."""
+    m = gl.max(m_w, axis=0)
+    scale = gl.exp(m_w - gl.where(m == float("-inf"), 0.0, m)[None, :])
+    l_i = gl.sum(l_w * scale, axis=0)
+    acc = gl.sum(acc_w * scale[:, :, None], axis=0)
+    return (gl.convert_layout(m, gl.SliceLayout(1, layout)), gl.convert_layout(l_i, gl.SliceLayout(1, layout)),
+            gl.convert_layout(acc, layout))
+
+
+@gluon.jit
+def _to_warps(x, WARPS: gl.constexpr, layout: gl.constexpr):
+    """A 2-D tensor as every warp's batch of a batched product's operand (``layout``)."""
+    spread: gl.constexpr = gl.BlockedLayout([1, 1, 8], [1, 4, 8], [WARPS, 1, 1], [2, 1, 0])
+    x3 = gl.expand_dims(gl.convert_layout(x, gl.SliceLayout(0, spread)), 0)
+    return gl.convert_layout(x3 + gl.zeros([WARPS, x.shape[0], x.shape[1]], x.dtype, spread), layout)
 
 
 @gluon.jit
@@ -96,48 +116,96 @@ def _split_pages(ctx, s, TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.cons
 
 
 @gluon.jit
-def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                 TASKS: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr,
-                 SPLITS: gl.constexpr, BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr):
+def _task_inputs(task, context_lens_ptr, positions_ptr, TASKS: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr,
+                 D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr):
     """What task ``task`` reads that qkv does not write: its row's context length, the positions of
-    its query rows and of its own tokens, its split's first KV tile. Past the tasks the row reads
-    as dead (context 0: nothing loaded)."""
+    its query rows and of its own tokens. Past the tasks the row reads as dead (context 0)."""
     WARPS: gl.constexpr = gl.num_warps()
     GROUP: gl.constexpr = NQ // NKV
     q_layout: gl.constexpr = rows_layout(QP, D, WARPS)
     b = task // (SPLITS * NKV)
-    h = (task // SPLITS) % NKV
     ctx = gl.load(context_lens_ptr + b, mask=task < TASKS, other=0)
     i = gl.arange(0, QP, layout=gl.SliceLayout(1, q_layout))
     q_pos = gl.load(positions_ptr + b * TOKENS + i % TOKENS, mask=(i < GROUP * TOKENS) & (ctx > 0), other=0)
     jn = gl.arange(0, TP, layout=gl.SliceLayout(1, q_layout))
     n_pos = gl.load(positions_ptr + b * TOKENS + jn, mask=(jn < TOKENS) & (ctx > 0), other=0)
-    cached, first, end = _split_pages(ctx, task % SPLITS, TOKENS, SPLITS, BS)
-    k_t, v = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first,
-                      gl.minimum(end, first + KT // BS), cached, h, NKV, D, BS, KT, cols_layout(D, KT, WARPS),
-                      rows_layout(KT, D, WARPS))
-    return ctx, q_pos, n_pos, k_t, v
+    return ctx, q_pos, n_pos
 
 
 @gluon.jit
-def _attn_task(task, ctx, q_pos, n_pos, k_t, v, qkv_ptr, QKV_PARTS: gl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr,
-               k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr, M: gl.constexpr,
-               NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
-               BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr, QK_NORM: gl.constexpr,
-               EPS: gl.constexpr):
+def _kv_unit(ring, D: gl.constexpr, KT: gl.constexpr, layout: gl.constexpr):
+    """A ring slot seen as one KV tile: its KT K rows, then its KT V rows, D columns each, in the
+    layout of the caches' TMA boxes (``tile_smem``: the swizzle of a D-wide row)."""
+    return ring._reinterpret(gl.bfloat16, [2 * KT, D], layout)
+
+
+@gluon.jit
+def _tile_blocks(table, p0, end, STEP: gl.constexpr, layout: gl.constexpr):
+    """The blocks of a tile's STEP pages from p0 (pages past the split's end: its last page's; a split
+    with no pages reads its row's first entry, and copies nothing)."""
+    j = gl.arange(0, STEP, layout=layout)
+    return gl.load(table + gl.maximum(gl.minimum(p0 + j, end - 1), 0)), j
+
+
+@gluon.jit
+def load_kv(pid, i, ring, ready, empty, k_tiles, v_tiles, block_tables_ptr, bt_stride, context_lens_ptr,
+            ROWS: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
+            BS: gl.constexpr, KT: gl.constexpr, G: gl.constexpr):
+    """The loader's walk of the attention op: for each of the CTA's tasks, each KT-token tile of
+    its split's pages, in the order the compute warps use them, one unit a tile. ``k_tiles`` and
+    ``v_tiles`` are TMA descriptors of the caches as [blocks · BS, NKV · D] ([BS, D] boxes: a page
+    of one KV head); a tile's pages past the split copy its last page again. The next tile's
+    block numbers are loaded while the current tile's copies are issued, so the walk waits on
+    the block table once a task, not once a tile."""
+    SLOTS: gl.constexpr = ring.shape[0]
+    STEP: gl.constexpr = KT // BS
+    UNIT_BYTES: gl.constexpr = 2 * STEP * k_tiles.block_type.nbytes
+    TASKS: gl.constexpr = ROWS * NKV * SPLITS
+    lanes: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
+    for task in range(pid, TASKS, G):
+        b = task // (SPLITS * NKV)
+        h = (task // SPLITS) % NKV
+        ctx = gl.load(context_lens_ptr + b)
+        cached, first, end = _split_pages(ctx, task % SPLITS, TOKENS, SPLITS, BS)
+        table = block_tables_ptr + b * bt_stride
+        blocks, j = _tile_blocks(table, first, end, STEP, lanes)
+        for p0 in range(first, end, STEP):
+            following, j = _tile_blocks(table, p0 + STEP, end, STEP, lanes)
+            slot = i % SLOTS
+            mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
+            mbarrier.expect(ready.index(slot), UNIT_BYTES)
+            unit = _kv_unit(ring.index(slot), D, KT, tile_smem(2 * KT, D))
+            for page in gl.static_range(STEP):
+                row = gl.sum(gl.where(j == page, blocks, 0), axis=0) * BS
+                tma.async_copy_global_to_shared(k_tiles, [row, h * D], ready.index(slot), unit.slice(page * BS, BS))
+                tma.async_copy_global_to_shared(v_tiles, [row, h * D], ready.index(slot),
+                                                unit.slice(KT + page * BS, BS))
+            blocks = following
+            i += 1
+    return i
+
+
+@gluon.jit
+def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PARTS: gl.constexpr, rope_ptr,
+               q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr,
+               part_ml_ptr, M: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr,
+               TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr,
+               TP: gl.constexpr, QK_NORM: gl.constexpr, EPS: gl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens
-    over the split's cached pages, the last split also over the step's own tokens (causally);
-    split 0 appends the step's K and V to the cache (a dead row stores nothing)."""
+    over the split's cached pages (the ring's units from ``i`` on), the last split also over the
+    step's own tokens (causally); split 0 appends the step's K and V to the cache (a dead row
+    stores nothing). Returns the CTA's place in its stream past the task's tiles."""
     WARPS: gl.constexpr = gl.num_warps()
+    SLOTS: gl.constexpr = ring.shape[0]
     GROUP: gl.constexpr = NQ // NKV
     NQKV: gl.constexpr = (NQ + 2 * NKV) * D
     STEP: gl.constexpr = KT // BS
+    TW: gl.constexpr = KT // WARPS  # a warp's tokens of a tile
     q_layout: gl.constexpr = rows_layout(QP, D, WARPS)
-    kt_layout: gl.constexpr = cols_layout(D, KT, WARPS)
-    v_layout: gl.constexpr = rows_layout(KT, D, WARPS)
-    acc_layout: gl.constexpr = mma_cols(WARPS)
-    a_layout: gl.constexpr = operand(0, acc_layout)
-    b_layout: gl.constexpr = operand(1, acc_layout)
+    w_layout: gl.constexpr = mma_batched(WARPS)
+    wa_layout: gl.constexpr = operand(0, w_layout)
+    wb_layout: gl.constexpr = operand(1, w_layout)
+    unit_smem: gl.constexpr = batched_smem(2 * WARPS, TW, D)
     b = task // (SPLITS * NKV)
     h = (task // SPLITS) % NKV
     s = task % SPLITS
@@ -146,12 +214,13 @@ def _attn_task(task, ctx, q_pos, n_pos, k_t, v, qkv_ptr, QKV_PARTS: gl.constexpr
     kv_dtype: gl.constexpr = k_cache_ptr.dtype.element_ty
 
     # Query rows i = g·TOKENS + j: head h·GROUP + g, token j of row b.
-    i = gl.arange(0, QP, layout=gl.SliceLayout(1, q_layout))
-    q_valid = (i < GROUP * TOKENS) & live
-    q_tok = b * TOKENS + i % TOKENS
-    q = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr,
+    r = gl.arange(0, QP, layout=gl.SliceLayout(1, q_layout))
+    q_valid = (r < GROUP * TOKENS) & live
+    q_tok = b * TOKENS + r % TOKENS
+    q = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, q_tok * NQKV, (h * GROUP + r // TOKENS) * D, q_pos, rope_ptr,
                    q_norm_ptr, q_valid, D, QK_NORM, EPS, q_layout)
-    q_a = gl.convert_layout((q * (1.0 / gl.sqrt(float(D)))).to(kv_dtype), a_layout)
+    q_s = (q * (1.0 / gl.sqrt(float(D)))).to(kv_dtype)
+    q_w = _to_warps(q_s, WARPS, wa_layout)
 
     # The step's own tokens j' of row b: K (normed, rotated) and V, rounded as the cache stores them.
     jn = gl.arange(0, TP, layout=gl.SliceLayout(1, q_layout))
@@ -163,22 +232,45 @@ def _attn_task(task, ctx, q_pos, n_pos, k_t, v, qkv_ptr, QKV_PARTS: gl.constexpr
     v_new = _parts(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :], n_valid[:, None], QKV_PARTS,
                    M * NQKV).to(kv_dtype)
 
-    m_i = gl.full([QP], float("-inf"), gl.float32, gl.SliceLayout(1, acc_layout))
-    l_i = gl.zeros([QP], gl.float32, gl.SliceLayout(1, acc_layout))
-    acc = gl.zeros([QP, D], gl.float32, acc_layout)
-    table = block_tables_ptr + b * bt_stride
-    t_s = gl.arange(0, KT, layout=gl.SliceLayout(0, acc_layout))
+    # The cached tiles: warp w takes tokens [w·TW, (w + 1)·TW) of every tile, with its own
+    # softmax state, merged once after the walk; no cross-warp exchange a tile.
+    m_w = gl.full([WARPS, QP], float("-inf"), gl.float32, gl.SliceLayout(2, w_layout))
+    l_w = gl.zeros([WARPS, QP], gl.float32, gl.SliceLayout(2, w_layout))
+    acc_w = gl.zeros([WARPS, QP, D], gl.float32, w_layout)
+    ws = gl.arange(0, WARPS, layout=gl.SliceLayout(1, gl.SliceLayout(1, w_layout)))
+    js = gl.arange(0, TW, layout=gl.SliceLayout(0, gl.SliceLayout(1, w_layout)))
+    t_s = ws[:, None] * TW + js[None, :]  # [W, TW]: the scores' token offsets in a tile
+    wv = gl.arange(0, WARPS, layout=gl.SliceLayout(1, gl.SliceLayout(2, wb_layout)))
+    jv = gl.arange(0, TW, layout=gl.SliceLayout(0, gl.SliceLayout(2, wb_layout)))
+    t_v = wv[:, None] * TW + jv[None, :]  # the values' token offsets
+    if s == 0:  # append the new K/V (the walk reads only older positions); a dead row stores nothing
+        table = block_tables_ptr + b * bt_stride
+        page = gl.load(table + n_pos // BS, mask=n_valid, other=0).to(gl.int64)
+        slot = (page * BS + n_pos % BS) * NKV + h
+        gl.store(k_cache_ptr + slot[:, None] * D + d[None, :], k_new, mask=n_valid[:, None])
+        gl.store(v_cache_ptr + slot[:, None] * D + d[None, :], v_new, mask=n_valid[:, None])
     for p0 in range(first, end, STEP):
-        k_next, v_next = _kv_tile(k_cache_ptr, v_cache_ptr, table, p0 + STEP, end, cached, h, NKV, D, BS, KT,
-                                  kt_layout, v_layout)
-        scores = mma_v2(q_a, gl.convert_layout(k_t, b_layout), gl.zeros([QP, KT], gl.float32, acc_layout))
-        scores = gl.where(_in_context(p0, t_s, end, cached, BS)[None, :], scores, float("-inf"))
-        m_i, l_i, acc = _softmax_step(scores, gl.convert_layout(v, b_layout), m_i, l_i, acc, a_layout)
-        k_t = k_next
-        v = v_next
+        slot = i % SLOTS
+        mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
+        unit = ring.index(slot)._reinterpret(gl.bfloat16, [2 * WARPS, TW, D], unit_smem)
+        k_b = unit.permute([0, 2, 1]).slice(0, WARPS).load(wb_layout)  # each warp's Kᵀ [D, TW]
+        v_b = unit.slice(WARPS, WARPS).load(wb_layout)  # each warp's V [TW, D]
+        fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
+        mbarrier.arrive(empty.index(slot))
+        i += 1
+        scores = mma_v2(q_w, k_b, gl.zeros([WARPS, QP, TW], gl.float32, w_layout))
+        scores = gl.where(_in_context(p0, t_s, end, cached, BS)[:, None, :], scores, float("-inf"))
+        v_b = gl.where(_in_context(p0, t_v, end, cached, BS)[:, :, None], v_b, 0.0)
+        m_w, l_w, acc_w = _warp_softmax_step(scores, v_b, m_w, l_w, acc_w, wa_layout)
+
+    acc_layout: gl.constexpr = mma_cols(WARPS)
+    m_i, l_i, acc = _merge_warps(m_w, l_w, acc_w, acc_layout)
 
     i_s = gl.arange(0, QP, layout=gl.SliceLayout(1, acc_layout))
     if s == SPLITS - 1:  # the step's own tokens, causally
+        a_layout: gl.constexpr = operand(0, acc_layout)
+        b_layout: gl.constexpr = operand(1, acc_layout)
+        q_a = gl.convert_layout(q_s, a_layout)
         scores = mma_v2(q_a, gl.convert_layout(gl.permute(k_new, [1, 0]), b_layout),
                         gl.zeros([QP, TP], gl.float32, acc_layout))
         jn_s = gl.arange(0, TP, layout=gl.SliceLayout(0, acc_layout))
@@ -192,37 +284,34 @@ def _attn_task(task, ctx, q_pos, n_pos, k_t, v, qkv_ptr, QKV_PARTS: gl.constexpr
     gl.store(part_acc_ptr + out[:, None] * D + d_s[None, :], acc, mask=row_ok[:, None])
     gl.store(part_ml_ptr + out * 2, m_i, mask=row_ok)
     gl.store(part_ml_ptr + out * 2 + 1, l_i, mask=row_ok)
-
-    if s == 0:  # append the new K/V; a dead row (context 0) stores nothing
-        page = gl.load(table + n_pos // BS, mask=n_valid, other=0).to(gl.int64)
-        slot = (page * BS + n_pos % BS) * NKV + h
-        gl.store(k_cache_ptr + slot[:, None] * D + d[None, :], k_new, mask=n_valid[:, None])
-        gl.store(v_cache_ptr + slot[:, None] * D + d[None, :], v_new, mask=n_valid[:, None])
+    return i
 
 
 @gluon.jit
-def attention_prefetch(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                       ROWS: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr,
-                       TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.constexpr, KT: gl.constexpr,
-                       QP: gl.constexpr, TP: gl.constexpr):
+def stream_attention_prefetch(pid, context_lens_ptr, positions_ptr, ROWS: gl.constexpr, NQ: gl.constexpr,
+                              NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
+                              QP: gl.constexpr, TP: gl.constexpr):
     """The CTA's first task's inputs that the qkv op does not write (``_task_inputs``)."""
-    return _task_inputs(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                        ROWS * NKV * SPLITS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, QP, TP)
+    return _task_inputs(pid, context_lens_ptr, positions_ptr, ROWS * NKV * SPLITS, NQ, NKV, D, TOKENS, SPLITS, QP,
+                        TP)
 
 
 @gluon.jit
-def attention_op(pid, pre, qkv_ptr, QKV_PARTS: gl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr,
-                 v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
-                 ROWS: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr,
-                 SPLITS: gl.constexpr, BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr,
-                 QK_NORM: gl.constexpr, EPS: gl.constexpr, G: gl.constexpr):
-    """The CTA's attention tasks, task t on CTA t mod G; ``pre`` is ``attention_prefetch``'s."""
+def stream_attention(pid, i, ring, ready, empty, xring, pre, qkv_ptr, QKV_PARTS: gl.constexpr, rope_ptr, q_norm_ptr,
+                     k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr,
+                     positions_ptr, part_acc_ptr, part_ml_ptr, ROWS: gl.constexpr, NQ: gl.constexpr,
+                     NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
+                     BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr, QK_NORM: gl.constexpr,
+                     EPS: gl.constexpr, G: gl.constexpr):
+    """The compute warps' side of the attention op: the CTA's tasks, task t on CTA t mod G, their
+    KV tiles from the ring (``load_kv``); ``pre`` is ``stream_attention_prefetch``'s. Returns the
+    CTA's place in its stream."""
     TASKS: gl.constexpr = ROWS * NKV * SPLITS
-    ctx, q_pos, n_pos, k_t, v = pre
+    ctx, q_pos, n_pos = pre
     for task in range(pid, TASKS, G):
-        _attn_task(task, ctx, q_pos, n_pos, k_t, v, qkv_ptr, QKV_PARTS, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr,
-                   v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr, ROWS * TOKENS, NQ, NKV, D,
-                   TOKENS, SPLITS, BS, KT, QP, TP, QK_NORM, EPS)
-        ctx, q_pos, n_pos, k_t, v = _task_inputs(task + G, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride,
-                                                 context_lens_ptr, positions_ptr, TASKS, NQ, NKV, D, TOKENS, SPLITS,
-                                                 BS, KT, QP, TP)
+        i = _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PARTS, rope_ptr, q_norm_ptr,
+                       k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
+                       ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, QP, TP, QK_NORM, EPS)
+        ctx, q_pos, n_pos = _task_inputs(task + G, context_lens_ptr, positions_ptr, TASKS, NQ, NKV, D, TOKENS, SPLITS,
+                                         QP, TP)
+    return i

@@ -3,10 +3,10 @@
 The kernel allocates the weight ring (``slots`` units of [rows, cols] weight elements, each with a
 ``ready`` and an ``empty`` mbarrier) and the activation chunks' ring, then forks:
 
-- the **loader** (one warp, few registers) walks the weight units of every streamed op in program
-  order (``load_weights``), each op's tasks as the compute warps will run them; it waits on
-  nothing but free slots, so it runs ahead of every sync edge and of the launch's
-  ``griddepcontrol.wait``;
+- the **loader** (one warp, few registers) walks the units of every streamed op in program order
+  (a GEMV's weight chunks, ``load_weights``; attention's KV tiles, ``load_kv``), each op's tasks
+  as the compute warps will run them; it waits on nothing but free slots, so it runs ahead of
+  every sync edge and of the launch's ``griddepcontrol.wait``;
 - the **compute warps** run the ops in order, placed by the Triton driver's ``op_lines`` with
   this executor's spelling: the PDL release, the op's prefetch, its wait (``griddepcontrol.wait``
   or the edge's counter), its clocks, its body, its signal. A streamed op's body takes the ring
@@ -18,6 +18,9 @@ by construction: unit i is in slot i mod slots, completing phase (i div slots) m
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from ....schema import Arg
 from ...executor import Ring
 from ..driver import DriverSpec, Spelling, _call, op_lines
 
@@ -25,13 +28,25 @@ PRELUDE = """from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
-from monobuild.compiler.kernels.stream import (attention_op, attention_prefetch, clock_end, clock_start, combine_op,
-                                               grid_dependency_wait, launch_dependents, load_weights, norm_op,
-                                               signal, step_target, stream_gemv, tile_smem, wait)
+from monobuild.compiler.kernels.stream import (clock_end, clock_start, combine_op, grid_dependency_wait,
+                                               launch_dependents, load_kv, load_weights, norm_op, signal, step_target,
+                                               stream_attention, stream_attention_prefetch, stream_gemv, tile_smem,
+                                               wait)
 """
 
-#: Triton-executor body → (the compute warps' function, the loader's function) of a streamed op.
-STREAMED = {"gemv_op": ("stream_gemv", "load_weights")}
+
+@dataclass(frozen=True)
+class Streamed:
+    """The functions of an op whose inputs the loader streams."""
+
+    compute: str  # the compute warps' body: takes the rings (and the prefetch's result), returns the stream's place
+    loader: str  # the loader's walk of the op's units
+    prefetch: str | None = None  # what the compute warps load before the op's wait, if anything
+
+
+#: Triton-executor body → the streaming executor's functions for it.
+STREAMED = {"gemv_op": Streamed("stream_gemv", "load_weights"),
+            "attention_op": Streamed("stream_attention", "load_kv", "stream_attention_prefetch")}
 #: What each partition takes before the kernel's own arguments (the rings the kernel allocates).
 LOADER_RINGS = ("pid", "ring", "ready", "empty")
 COMPUTE_RINGS = (*LOADER_RINGS, "xring")
@@ -41,8 +56,8 @@ LOADER_HEAD = ("pid", "i", *LOADER_RINGS[1:])
 COMPUTE_HEAD = ("pid", "i", *COMPUTE_RINGS[1:])
 
 
-def _loader_source(spec: DriverSpec, descs: tuple[str, ...]) -> list[str]:
-    lines = ["", "", "@gluon.jit", f"def _loader({', '.join(LOADER_RINGS + descs)}):", "    i = 0"]
+def _loader_source(spec: DriverSpec, loader_args: tuple[str, ...]) -> list[str]:
+    lines = ["", "", "@gluon.jit", f"def _loader({', '.join(LOADER_RINGS + loader_args)}):", "    i = 0"]
     for op in spec.ops:
         if op.streamed is not None:
             lines.append(f"    i = {_call(op.streamed[0], ', '.join(LOADER_HEAD), op.streamed[1])}")
@@ -54,9 +69,11 @@ GLUON = Spelling("launch_dependents()", "grid_dependency_wait()", "clock_start(s
 
 
 def _body(op, pre: str) -> str:
-    """A streamed op's body takes the rings and returns the CTA's advanced place in the stream."""
+    """A streamed op's body takes the rings (and its prefetch's result) and returns the CTA's
+    advanced place in the stream."""
     if op.streamed is not None:
-        return f"i = {_call(op.body, ', '.join(COMPUTE_HEAD), op.body_args)}"
+        head = ", ".join(COMPUTE_HEAD + ((pre,) if op.prefetch else ()))
+        return f"i = {_call(op.body, head, op.body_args)}"
     return _call(op.body, "pid, " + pre, op.body_args)
 
 
@@ -70,13 +87,16 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
     """The Gluon source of a streaming program (a module: the prelude, the two partitions, then
     the kernel, which allocates the rings and forks them)."""
     descs = tuple(a.name for a in spec.args if a.type.startswith("tensordesc"))
-    if not descs:
+    weights = [a.name for a in spec.args if a.type.startswith("tensordesc") and a.role == "layer_weight"]
+    if not weights:
         raise ValueError(f"{spec.symbol}: a streaming program streams at least one weight")
+    loaded = {v.name for op in spec.ops if op.streamed for _, v in op.streamed[1] if isinstance(v, Arg)}
+    loader_args = tuple(a.name for a in spec.args if a.name in loaded)
     compute_args = tuple(a.name for a in spec.args if a.name not in descs)
     kernel = ["", "", "@gluon.jit", f"def {spec.symbol}({', '.join(a.name for a in spec.args)}):",
               "    pid = gl.program_id(0)",
               f"    ring = gl.allocate_shared_memory(gl.bfloat16, [{ring.slots}, {ring.rows}, {ring.cols}], "
-              f"{descs[0]}.layout)",
+              f"{weights[0]}.layout)",
               f"    ready = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",
               f"    empty = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",
               f"    for s in gl.static_range({ring.slots}):",
@@ -85,5 +105,5 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
               f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_depth}, {ring.x_rows}, {ring.cols}], "
               f"tile_smem({ring.x_rows}, {ring.cols}))",
               f"    gl.warp_specialize([(_compute, ({', '.join(COMPUTE_RINGS + compute_args)})),",
-              f"                        (_loader, ({', '.join(LOADER_RINGS + descs)}))], [1], [{ring.loader_regs}])"]
-    return PRELUDE + "\n".join(_loader_source(spec, descs) + _compute_source(spec, compute_args) + kernel) + "\n"
+              f"                        (_loader, ({', '.join(LOADER_RINGS + loader_args)}))], [1], [{ring.loader_regs}])"]
+    return PRELUDE + "\n".join(_loader_source(spec, loader_args) + _compute_source(spec, compute_args) + kernel) + "\n"

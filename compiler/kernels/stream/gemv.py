@@ -27,6 +27,7 @@ from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
 from .layouts import cols_layout, mma_rows, operand, rows_layout
+from .rowwise import norm_weights, normed_row
 
 
 @gluon.jit
@@ -111,12 +112,29 @@ def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, residual_ptr, RES_PARTS: g
 
 
 @gluon.jit
-def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, out_ptr, bias_ptr, residual_ptr, RES_PARTS: gl.constexpr,
-                N: gl.constexpr, K: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                SPLIT: gl.constexpr, G: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
+def _stage_input(pid, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, M: gl.constexpr, K: gl.constexpr,
+                 K_P: gl.constexpr, EPS: gl.constexpr, NORM: gl.constexpr):
+    """This CTA's own copy of the GEMV's input, x̂ (x normed, or the sum of its split-K partials),
+    staged into its slice of ``x_hat_ptr`` ([G, M, K]) and read back after a CTA barrier: for a
+    band's few rows this costs each CTA less than a norm op and its edge."""
+    x_cta = x_hat_ptr + pid * M * K
+    g = norm_weights(norm_ptr, K, K_P) if NORM else 0.0
+    for m in gl.static_range(M):
+        normed_row(x_ptr, X_PARTS, g, x_cta, m, M, K, K_P, EPS, NORM)
+    gl.thread_barrier()
+    return x_cta
+
+
+@gluon.jit
+def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, out_ptr,
+                bias_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr, K_P: gl.constexpr,
+                M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr,
+                EPS: gl.constexpr, NORM: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
                 GATED: gl.constexpr):
     """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
     in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
+    if NORM or X_PARTS > 1:
+        x_ptr = _stage_input(pid, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, M, K, K_P, EPS, NORM)
     WARPS: gl.constexpr = gl.num_warps()
     XD: gl.constexpr = xring.shape[0]
     NP: gl.constexpr = xring.shape[1]

@@ -48,9 +48,23 @@ def mma_cols(warps):
 
 
 @gluon.constexpr_function
+def mma_batched(warps):
+    """The tensor cores' accumulator of a product batched over the warps ([warps, M, N], one batch
+    a warp): attention's per-warp softmax states, which need no cross-warp reduction a tile."""
+    return gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[warps, 1, 1], instr_shape=[1, 16, 8])
+
+
+@gluon.constexpr_function
 def operand(index, parent):
     """Operand ``index`` (0: A, 1: B) of a bf16 product accumulating in ``parent``."""
     return gl.DotOperandLayout(operand_index=index, parent=parent, k_width=2)
+
+
+@gluon.constexpr_function
+def batched_smem(batch, rows, cols):
+    """``tile_smem``'s layout of a [batch · rows, cols] tile, seen as [batch, rows, cols]."""
+    return gl.NVMMASharedLayout(swizzle_byte_width=gl.NVMMASharedLayout.get_default_for(
+        [batch * rows, cols], gl.bfloat16).swizzle_byte_width, element_bitwidth=16, rank=3)
 
 
 @gluon.constexpr_function

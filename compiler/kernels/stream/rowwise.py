@@ -11,20 +11,36 @@ from .layouts import rows_layout, vector_layout
 
 
 @gluon.jit
+def normed_row(x_ptr, X_PARTS: gl.constexpr, g, x_hat_ptr, m, M: gl.constexpr, K: gl.constexpr, K_P: gl.constexpr,
+               EPS: gl.constexpr, NORM: gl.constexpr):
+    """Row m of x̂ = RMSNorm(x) · g (x stored as X_PARTS split-K partials; without NORM their sum),
+    in x̂'s dtype."""
+    layout: gl.constexpr = vector_layout(gl.num_warps())
+    k = gl.arange(0, K_P, layout=layout)
+    valid = k < K
+    x = gl.zeros([K_P], gl.float32, layout)
+    for p in gl.static_range(X_PARTS):
+        x += gl.load(x_ptr + (p * M + m) * K + k, mask=valid, other=0.0, cache_modifier=".cg")
+    if NORM:
+        x = x * (1.0 / gl.sqrt(gl.sum(x * x, axis=0) / K + EPS)) * g
+    gl.store(x_hat_ptr + m * K + k, x.to(x_hat_ptr.dtype.element_ty), mask=valid)
+
+
+@gluon.jit
+def norm_weights(norm_ptr, K: gl.constexpr, K_P: gl.constexpr):
+    """An RMSNorm's K weights in fp32, padded with zeros to K_P."""
+    k = gl.arange(0, K_P, layout=vector_layout(gl.num_warps()))
+    return gl.load(norm_ptr + k, mask=k < K, other=0.0).to(gl.float32)
+
+
+@gluon.jit
 def norm_op(pid, pre, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, M: gl.constexpr, K: gl.constexpr,
             K_P: gl.constexpr, EPS: gl.constexpr, G: gl.constexpr):
     """x̂ = RMSNorm(x) of the band's M rows (x stored as X_PARTS split-K partials), row m on CTA
     m mod G, into the one copy every CTA of the next op reads."""
-    layout: gl.constexpr = vector_layout(gl.num_warps())
-    k = gl.arange(0, K_P, layout=layout)
-    valid = k < K
-    g = gl.load(norm_ptr + k, mask=valid, other=0.0).to(gl.float32)
+    g = norm_weights(norm_ptr, K, K_P)
     for m in range(pid, M, G):
-        x = gl.zeros([K_P], gl.float32, layout)
-        for p in gl.static_range(X_PARTS):
-            x += gl.load(x_ptr + (p * M + m) * K + k, mask=valid, other=0.0, cache_modifier=".cg")
-        rstd = 1.0 / gl.sqrt(gl.sum(x * x, axis=0) / K + EPS)
-        gl.store(x_hat_ptr + m * K + k, (x * rstd * g).to(x_hat_ptr.dtype.element_ty), mask=valid)
+        normed_row(x_ptr, X_PARTS, g, x_hat_ptr, m, M, K, K_P, EPS, True)
 
 
 @gluon.jit
