@@ -61,18 +61,25 @@ def test_keys_where_zero_has_a_meaning_take_it_or_their_usual_values(key, value,
             parse_schedule({"defaults": defaults}, "t")
 
 
-def test_shipped_long_kv_tiles_reach_the_layer_programs():
-    """Where the table sets long_kv_tile, long_kv_stages and kv_substreams (Llama-3.2-1B's 1..8-row
-    bands: 128-token tiles in 4 sub-tiles, 7 deep, at 1 and 8 rows; 256-token tiles, 5 deep, at 2
-    and 4), the layer programs get them as LONG_KT, LONG_KV_STAGES and KV_SUB; elsewhere LONG_KT
-    is 0, the attention walks kv_tile tokens only, LONG_KV_STAGES is KV_STAGES and KV_SUB 1."""
+def test_long_kv_tiles_reach_the_layer_programs():
+    """Where an entry sets long_kv_tile, long_kv_stages and kv_substreams (here Llama-3.2-1B's 1-row
+    band on the Triton executor: 128-token tiles in 4 sub-tiles, 7 deep), the layer programs get
+    them as LONG_KT, LONG_KV_STAGES and KV_SUB; elsewhere LONG_KT is 0, the attention walks
+    kv_tile tokens only, LONG_KV_STAGES is KV_STAGES and KV_SUB 1 (the shipped table's streaming
+    entries among them: a streaming program walks its ring's KV tiles)."""
+    shipped = load_schedule("sm_90")
+    entry = ((("hidden", 2048), ("kind", "layer"), ("rows", 1), ("tokens", 1)),
+             (("ctas_per_sm", 1), ("long_kv_stages", 7), ("long_kv_tile", 128), ("kv_substreams", 4)))
+    table = dataclasses.replace(shipped, entries=(entry,) + shipped.entries)
     recipe = load_recipe(next(r for r in RECIPES if r.stem == "llama-3.2-1b-sm_90"))
-    want = {1: (128, 7, 4), 2: (256, 5, 1), 4: (256, 5, 1), 8: (128, 7, 4)}
-    for p in plan_recipe(recipe).programs:
+    seen = set()
+    for p in plan_recipe(recipe, table).programs:
         if p.kind == "layer":
-            long_kt, stages, sub = want[p.band.rows] if p.band.tokens == 1 else (0, p.param("KV_STAGES"), 1)
+            long_kt, stages, sub = (128, 7, 4) if p.band.name == "r1t1" else (0, p.param("KV_STAGES"), 1)
             assert (p.param("LONG_KT"), p.param("LONG_KV_STAGES"), p.param("KV_SUB")) == \
                 (long_kt, stages, sub), p.name
+            seen.add(p.executor)
+    assert seen == {"triton", "gluon"}
 
 
 @pytest.mark.parametrize("long_kv_tile,kv_substreams,want", [(128, 4, 4), (64, 8, 4), (32, 4, 2), (0, 4, 1)])
