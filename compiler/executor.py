@@ -45,7 +45,7 @@ DTYPE = "bf16"  # the dtype of the weights, activations and KV cache the streami
 class Ring:
     """The shared-memory rings of a streaming program."""
 
-    slots: int  # weight units in flight a CTA
+    slots: int  # units in flight a CTA (a GEMV's weight chunks, attention's KV tiles)
     rows: int  # a unit's weight rows (a GEMV tile)
     cols: int  # a unit's columns (the K chunk)
     x_depth: int  # activation chunk slots (copies in flight + the one being multiplied)

@@ -1,7 +1,8 @@
 """The streaming executor's driver: writes a persistent program's Gluon kernel from its op list.
 
-The kernel allocates the weight ring (``slots`` units of [rows, cols] weight elements, each with a
-``ready`` and an ``empty`` mbarrier) and the activation chunks' ring, then forks:
+The kernel allocates the ring (``slots`` units of [rows, cols] elements — a GEMV's weight chunk or
+one of attention's KV tiles — each with a ``ready`` and an ``empty`` mbarrier) and the activation
+chunks' ring, then forks:
 
 - the **loader** (one warp, few registers) walks the units of every streamed op in program order
   (a GEMV's weight chunks, ``load_weights``; attention's KV tiles, ``load_kv``), each op's tasks
