@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..schema import Arg
-from . import kernels
+from . import executor, kernels
 from .errors import CompileError
 from .kernels import stream
 from .kernels.driver import DriverSpec, OpCall, program_function, program_source
@@ -93,8 +93,10 @@ def driver_spec(plan: ProgramPlan) -> DriverSpec:
 def emit(plan: ProgramPlan) -> Program:
     spec = driver_spec(plan)
     source = stream_driver.program_source(spec, plan.ring) if plan.executor == "gluon" else program_source(spec)
+    # a warp-specialized program of more than 256 threads is capped to its share of the registers
+    cap = executor.register_cap(plan.num_warps) if plan.executor == "gluon" else None
     return Program(plan.name, spec.symbol, source, plan.args, plan.num_warps, plan.launch_pdl,
-                   plan.launch_cooperative, plan.grid, plan.max_registers)
+                   plan.launch_cooperative, plan.grid, cap)
 
 
 def emitter_digest() -> str:

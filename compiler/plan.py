@@ -49,7 +49,6 @@ class ProgramPlan:
     schedule: ScheduleEntry
     executor: str = "triton"  # triton | gluon (compiler/executor.py)
     ring: Ring | None = None  # the streaming executor's shared-memory rings
-    max_registers: int | None = None  # a thread's register cap (None: the compiler's choice)
 
     def param(self, name: str):
         return dict(self.params)[name]
@@ -276,8 +275,7 @@ class Planner:
         ops = executor.streamed(p.ops, rings)
         args = derive.abi(ops, declared, counters=bool(p.syncs), hang_log=bool(p.hang_slots),
                           stage_clock=_clocked(p.kind, d.stage_clock))
-        return replace(p, ops=ops, args=args, executor="gluon", ring=rings,
-                       max_registers=executor.register_cap(p.num_warps))
+        return replace(p, ops=ops, args=args, executor="gluon", ring=rings)
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment
