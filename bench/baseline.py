@@ -2,7 +2,8 @@
 
 bf16 weights and activations (what a PyTorch serving stack runs), the same packed weights and
 the same paged KV cache: K/V pages are gathered through the block tables, the step's new K/V are
-scattered into them, attention is SDPA over the gathered context with a length mask. Shapes are
+scattered into them, attention is SDPA over the gathered context with a length mask. An FP8
+checkpoint's projections are dequantized in the graph, blockwise, before each product. Shapes are
 fixed per (band, pages) so torch.compile sees static shapes and the result can be graph-captured.
 It is a timing baseline; the bench also reports how far its logits are from ours.
 """
@@ -52,7 +53,7 @@ class TorchDecodeStep:
         # Row b's token j sees cached positions < position + 1 (its own and the step's earlier tokens).
         visible = key_pos[None, :] <= positions.long()[:, None]  # every row live: the bench pads none
         for layer, lw in enumerate(w.layers):
-            qkv = _rms(x, lw.attn_norm, eps) @ lw.w_qkv.T
+            qkv = _rms(x, lw.attn_norm, eps) @ lw.projection("w_qkv", x.dtype).T
             if lw.b_qkv is not None:
                 qkv = qkv + lw.b_qkv
             q = qkv[:, : nq * d].view(-1, nq, d)
@@ -70,7 +71,7 @@ class TorchDecodeStep:
             mask = visible.view(rows, 1, tpr, pages * block)
             attn = F.scaled_dot_product_attention(qr, keys, vals, attn_mask=mask, enable_gqa=True)
             attn = attn.transpose(1, 2).reshape(-1, nq * d)
-            x1 = x + attn @ lw.w_o.T
-            gate, up = (_rms(x1, lw.mlp_norm, eps) @ lw.w_gate_up.T).chunk(2, -1)
-            x = x1 + (F.silu(gate) * up) @ lw.w_down.T
+            x1 = x + attn @ lw.projection("w_o", x.dtype).T
+            gate, up = (_rms(x1, lw.mlp_norm, eps) @ lw.projection("w_gate_up", x.dtype).T).chunk(2, -1)
+            x = x1 + (F.silu(gate) * up) @ lw.projection("w_down", x.dtype).T
         return (_rms(x, w.final_norm, eps) @ w.w_head.T).float()

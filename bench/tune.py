@@ -76,8 +76,10 @@ class TuneResult:
 
 
 def _match(recipe: Recipe, band: Band) -> tuple[tuple[str, object], ...]:
-    return tuple(sorted({"kind": "layer", "hidden": recipe.geometry.hidden, "rows": band.rows,
-                         "tokens": band.tokens}.items()))
+    match = {"kind": "layer", "hidden": recipe.geometry.hidden, "rows": band.rows, "tokens": band.tokens}
+    if recipe.deployment.quant is not None:  # an FP8 checkpoint's programs are tuned apart from bf16's
+        match["weights"] = recipe.deployment.dtypes.projection
+    return tuple(sorted(match.items()))
 
 
 def _with_entry(schedule: Schedule, match, settings: dict[str, int]) -> Schedule:
@@ -124,7 +126,8 @@ class _BandSearch:
         self.sub = replace(recipe, name=f"{recipe.name}.tune.{band.name}",
                            deployment=replace(recipe.deployment, bands=(band,), modes=(mode,)))
         self.match = _match(recipe, band)
-        self.start = schedule.entry("layer", recipe.geometry.hidden, band.rows, band.tokens)
+        self.start = schedule.entry("layer", recipe.geometry.hidden, band.rows, band.tokens,
+                                    weights=recipe.deployment.dtypes.projection)
         # What the band's entry sets by hand beyond the searched keys (long_kv_tile: chosen from
         # benches at long contexts, which a tune at one context cannot see): kept in every
         # candidate and in the entry written back.

@@ -123,7 +123,8 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
     derived: dict[tuple[str, Band], Derived] = {}
     compiled = 0
     while True:
-        plan = plan_recipe(recipe, with_derived(table, recipe.geometry.hidden, tuple(derived.values())))
+        plan = plan_recipe(recipe, with_derived(table, recipe.geometry.hidden, recipe.deployment.dtypes.projection,
+                                                 tuple(derived.values())))
         programs, keys, codes, misses = _compile_plan(plan, target, cache, digest, jobs, progress)
         compiled += misses
         bad = _unservable(recipe, plan, codes)

@@ -47,15 +47,16 @@ class Derived:
         return f"{self.kind} {self.band.name}: derived ({steps}), since the table's entry {self.why}"
 
 
-def with_derived(schedule: Schedule, hidden: int, derived: tuple[Derived, ...]) -> Schedule:
+def with_derived(schedule: Schedule, hidden: int, weights: str, derived: tuple[Derived, ...]) -> Schedule:
     """The table with each derived entry taking precedence for its (kind, hidden, rows, tokens):
     the entry the table gives that program, with the ladder's settings over it."""
     if not derived:
         return schedule
     entries = []
     for d in derived:
-        base = schedule.entry(d.kind, hidden, d.band.rows, d.band.tokens).__dict__
-        match = (("hidden", hidden), ("kind", d.kind), ("rows", d.band.rows), ("tokens", d.band.tokens))
+        base = schedule.entry(d.kind, hidden, d.band.rows, d.band.tokens, weights=weights).__dict__
+        match = (("hidden", hidden), ("kind", d.kind), ("rows", d.band.rows), ("tokens", d.band.tokens),
+                 ("weights", weights))
         entries.append((match, tuple(sorted({**base, **d.settings}.items()))))
     source = schedule.source + "; " + "; ".join(d.describe() for d in derived)
     return Schedule(source, schedule.defaults, tuple(entries) + schedule.entries)

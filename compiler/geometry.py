@@ -3,7 +3,8 @@
 Only what changes the kernels is kept. Dense decoder families are served: Llama (including
 llama3 RoPE scaling), Mistral, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm). Both the
 ``rope_theta``/``rope_scaling`` keys of older configs and the ``rope_parameters`` block of
-newer ones are read; nothing is guessed from the model's name.
+newer ones are read; nothing is guessed from the model's name. A quantized checkpoint's
+``quantization_config`` is read by ``compiler/quant.py`` (``load_config`` returns both).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import json
 import math
 from pathlib import Path
 
-from ..schema import Geometry, RopeScaling
+from ..schema import Geometry, RopeScaling, WeightQuant
 from .errors import InputError
 from .inputs import read_text, show
+from .quant import check_packing, quant_from_config
 
 #: model_type → (q/k/v bias, per-head q/k norm). Anything else is refused.
 FAMILIES: dict[str, tuple[bool, bool]] = {
@@ -114,7 +116,6 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise InputError(source, "hidden_act", f"only silu is served, got {show(act)}")
-    _refuse_quantized(cfg, source)
     for moe_key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if cfg.get(moe_key):
             raise InputError(source, moe_key, "mixture-of-experts layers are not served yet")
@@ -142,7 +143,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         if rows * hidden >= MAX_TENSOR_ELEMS:
             raise InputError(source, name, f"a weight tensor of {rows} × {hidden} elements is past the 2³¹ the "
                                            "programs address")
-    return Geometry(
+    geometry = Geometry(
         family=family,
         hidden=hidden,
         layers=_field(cfg, source, "num_hidden_layers", int),
@@ -160,23 +161,18 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         qk_norm=qk_norm,
         max_positions=max_positions,
     )
+    # an unserved quantization is refused here, whoever reads the config
+    check_packing(quant_from_config(cfg, source), geometry, source)
+    return geometry
 
 
-def _refuse_quantized(cfg: dict, source: str) -> None:
-    """A quantized checkpoint is refused, naming its method: the programs read bf16 or fp32
-    weights, and planning a quantized model as if it were bf16 would bind its e4m3 or int4 tensors
-    as something they are not (a wrong answer, not an error)."""
-    for key in ("quantization_config", "compression_config"):
-        q = cfg.get(key)
-        if q is None:
-            continue
-        method = q.get("quant_method", q.get("format")) if isinstance(q, dict) else None
-        what = f"{show(method)} quantization" if method else "quantization"
-        raise InputError(source, key, f"{what} is not served: the programs read bf16 or fp32 weights (a "
-                                      "dequantized checkpoint is); FP8 block-scaled weights are planned")
+def load_config(path: Path) -> tuple[Geometry, WeightQuant | None]:
+    """A config.json's geometry and its weights' quantization (None: unquantized)."""
+    cfg = _read_json(path)
+    return geometry_from_config(cfg, str(path)), quant_from_config(cfg, str(path))
 
 
-def load_geometry(path: Path) -> Geometry:
+def _read_json(path: Path) -> dict:
     text = read_text(Path(path), "config.json")
     try:
         cfg = json.loads(text)
@@ -184,7 +180,7 @@ def load_geometry(path: Path) -> Geometry:
         raise InputError(path, None, f"malformed JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
     except RecursionError:
         raise InputError(path, None, "malformed JSON: nested too deeply") from None
-    return geometry_from_config(cfg, str(path))
+    return cfg
 
 
 def is_pow2(n: int) -> bool:

@@ -160,7 +160,8 @@ class Planner:
     # -- programs ------------------------------------------------------------------------------
 
     def _entry(self, kind: str, band: Band) -> ScheduleEntry:
-        return self.schedule.entry(kind, self.recipe.geometry.hidden, band.rows, band.tokens)
+        return self.schedule.entry(kind, self.recipe.geometry.hidden, band.rows, band.tokens,
+                                   weights=self.recipe.deployment.dtypes.projection)
 
     def _common(self, band: Band) -> dict:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
@@ -181,7 +182,8 @@ class Planner:
 
     def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
-        persistent, bf16 throughout); the table must not ask for it where it cannot be."""
+        persistent, bf16 throughout: FP8 projections run on the Triton executor); the table must
+        not ask for it where it cannot be."""
         if not entry.streaming:
             return False
         d = self.recipe.deployment
@@ -196,10 +198,15 @@ class Planner:
                                                                   "ring takes the SM's shared memory): set 1 where "
                                                                   "streaming is 1")
         dtypes = d.dtypes
-        return mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
+        return mode == "persistent" and {dtypes.weights, dtypes.projection, dtypes.activations,
+                                         dtypes.kv} == {executor.DTYPE}
 
-    def _block_k(self, entry: ScheduleEntry) -> int:
-        return min(entry.block_k, next_pow2(self.recipe.geometry.hidden))
+    def _block_k(self, entry: ScheduleEntry, quantized: bool = True) -> int:
+        """A GEMV's K chunk: the table's, at most the hidden size and, for block-scaled weights
+        (the layers' projections, not the head's), one scale block (a chunk's product is scaled
+        by one scale a row)."""
+        quant = self.recipe.deployment.quant if quantized else None
+        return min(entry.block_k, next_pow2(self.recipe.geometry.hidden), quant.block_cols if quant else 1 << 30)
 
     def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         d, g = self.recipe.deployment, self.recipe.geometry
@@ -250,7 +257,7 @@ class Planner:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
                               band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
                               bn, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
-                              tuple(sorted(cx.items())))
+                              tuple(sorted(cx.items())), d.quant)
 
         # Region shapes (the per-CTA x̂ slices) are the full grid's in every mode.
         declared = layer_regions(shape(full_grid))
@@ -286,7 +293,7 @@ class Planner:
         norm_stage = bool(entry.norm_stages)
         parts = self._k_splits(band).down
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
-              "BK": self._block_k(entry), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
+              "BK": self._block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
               "NORM_ROWS": _norm_rows_per_load(entry, band)}
 

@@ -1,23 +1,24 @@
 """A recipe: a deployment YAML plus the model geometry it names, validated and frozen.
 
 The YAML says where and how the model runs (target, SM/CU count, dtypes, paged KV cache, batch
-bands, speculative verify width, maximum context, head output); the geometry comes from the
-model's own ``config.json`` named by the ``config:`` key, relative to the recipe. Every error
-names the file and the field.
+bands, speculative verify width, maximum context, head output); the geometry, and how the
+checkpoint stores its weights, come from the model's own ``config.json`` named by the ``config:``
+key, relative to the recipe. Every error names the file and the field.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
 
-from ..schema import Band, DtypeRoles, KVLayout, PackageDeployment
+from ..schema import Band, DtypeRoles, KVLayout, PackageDeployment, WeightQuant
 from .errors import InputError, Refusal
-from .geometry import Geometry, is_pow2, load_geometry
+from .geometry import Geometry, is_pow2, load_config
 from .inputs import package_name, read_text, show
+from .quant import restated_quant
 from .targets import TARGETS, Target
 
 DTYPES = ("bf16", "fp32")
@@ -45,17 +46,23 @@ class Deployment:
     # Profiling builds only: every CTA records the SM it runs on and the global timer when each
     # stage starts (after its wait) and ends (before its signal), into a ``stage_clock`` buffer.
     stage_clock: bool = False
+    # How the checkpoint stores its projection weights: config.json's quantization_config, which
+    # the recipe may restate (``quantization:``) but not change. None: in ``dtype``.
+    quant: WeightQuant | None = None
 
     @property
     def dtypes(self) -> DtypeRoles:
         """The dtype of each tensor role: ``dtype`` for the weights and the activations a GEMV
-        reads, the KV cache's own, fp32 accumulation."""
-        return DtypeRoles(weights=self.dtype, activations=self.dtype, kv=self.kv_cache.dtype)
+        reads, the KV cache's own, fp32 accumulation; a quantized checkpoint's projections in
+        its FP8 with fp32 block scales."""
+        quant = self.quant
+        return DtypeRoles(weights=self.dtype, activations=self.dtype, kv=self.kv_cache.dtype,
+                          scales="fp32" if quant else None, projections=quant.dtype if quant else None)
 
     def package_record(self) -> PackageDeployment:
         """What the package serves, as its manifest records it for the runtime."""
         return PackageDeployment(self.dtypes, self.kv_cache, self.bands, self.max_context, self.head, self.modes,
-                                 self.lifetime_steps, self.debug_wait_spins, self.stage_clock)
+                                 self.lifetime_steps, self.debug_wait_spins, self.stage_clock, self.quant)
 
 
 @dataclass(frozen=True)
@@ -69,7 +76,7 @@ class Recipe:
 
 _KNOWN_KEYS = {
     "config", "target", "sm_count", "dtype", "kv_cache", "bands", "verify", "max_context", "head",
-    "modes", "lifetime_steps", "debug_wait_spins", "stage_clock",
+    "modes", "lifetime_steps", "debug_wait_spins", "stage_clock", "quantization",
 }
 
 
@@ -184,8 +191,13 @@ def load_recipe(path: str | Path) -> Recipe:
     if not found:
         raise InputError(src, "config", f"{show(config)}: no such file (resolved against the recipe: "
                                         f"{show(str(config_path))})")
-    geometry = load_geometry(config_path)
+    geometry, quant = load_config(config_path)
     deployment = deployment_from_doc(doc, src)
+    restated_quant(doc, src, str(config_path), quant)
+    if quant is not None and deployment.dtype != "bf16":
+        raise InputError(src, "dtype", f"{deployment.dtype} with the FP8 checkpoint {config}: its projections are "
+                                       "read in FP8 and everything else in bf16 (served: dtype bf16)")
+    deployment = replace(deployment, quant=quant)
     _refuse_unserved(src, geometry, deployment)
     return Recipe(name, src, config, geometry, deployment)
 

@@ -1,8 +1,12 @@
 """Frozen per-target schedule tables (``schedules/<target>.yaml``).
 
-The planner asks for the entry of a program (kind, hidden size, band); the first matching
-entry's keys override the defaults. The chosen entry is part of each program's cache key, so
-a tuned table recompiles exactly the programs whose entries changed.
+The planner asks for the entry of a program (kind, hidden size, band, the projections' dtype);
+the most specific matching entry's keys override the defaults. An entry matches on the keys it
+names: one without ``weights`` serves every dtype, one with ``weights: fp8e4nv`` an FP8
+checkpoint's programs only (their GEMVs move half the bytes and run on another executor, so
+their best tiles differ), and outranks every entry that does not name the dtype; otherwise the
+entry naming the most keys wins, and of those the first. The chosen entry is part of each
+program's cache key, so a tuned table recompiles exactly the programs whose entries changed.
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ _FLAGS = {"norm_stages", "streaming"}  # 0 or 1
 _ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages", "stream_slots"}
 # keys where 0 is allowed, and what it means
 _ZERO_MEANS = {"long_kv_tile": "off", "long_kv_stages": "as kv_stages", "stream_slots": "as many as fit"}
-_MATCH_KEYS = {"kind", "hidden", "rows", "tokens"}
+_MATCH_KEYS = {"kind", "hidden", "rows", "tokens", "weights"}
 _ENTRY_KEYS = {"match", "set", "measured"}  # measured: where the entry's numbers come from (monobuild tune)
 
 
@@ -67,12 +71,15 @@ class Schedule:
     defaults: ScheduleEntry
     entries: tuple[tuple[tuple[tuple[str, object], ...], tuple[tuple[str, int], ...]], ...]
 
-    def entry(self, kind: str, hidden: int, rows: int, tokens: int) -> ScheduleEntry:
-        facts = {"kind": kind, "hidden": hidden, "rows": rows, "tokens": tokens}
-        for match, overrides in self.entries:
-            if all(facts[k] == v for k, v in match):
-                return ScheduleEntry(**{**self.defaults.__dict__, **dict(overrides)})
-        return self.defaults
+    def entry(self, kind: str, hidden: int, rows: int, tokens: int, *, weights: str) -> ScheduleEntry:
+        """The entry for a program: ``weights`` is its layer projections' dtype (bf16, fp32, fp8e4nv)."""
+        facts = {"kind": kind, "hidden": hidden, "rows": rows, "tokens": tokens, "weights": weights}
+        matching = [(match, overrides) for match, overrides in self.entries if all(facts[k] == v for k, v in match)]
+        if not matching:
+            return self.defaults
+        # the most specific: naming the weights' dtype first, then the most keys; of those, the first
+        _, overrides = max(matching, key=lambda e: (any(k == "weights" for k, _ in e[0]), len(e[0])))
+        return ScheduleEntry(**{**self.defaults.__dict__, **dict(overrides)})
 
 
 def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
@@ -108,7 +115,7 @@ def parse_schedule(doc, src: str) -> Schedule:
     entries = []
     for i, item in enumerate(doc.get("entries") or []):
         if not isinstance(item, dict) or not isinstance(item.get("match"), dict):
-            raise InputError(src, f"entries[{i}].match", "expected a mapping of kind/hidden/rows/tokens")
+            raise InputError(src, f"entries[{i}].match", "expected a mapping of kind/hidden/rows/tokens/weights")
         extra = sorted(set(item) - _ENTRY_KEYS)
         if extra:
             raise InputError(src, f"entries[{i}].{extra[0]}", f"unknown key (known: {', '.join(sorted(_ENTRY_KEYS))})")

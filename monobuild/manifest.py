@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 3  # 3: programs name their executor and their TMA descriptor arguments' boxes
+MANIFEST_FORMAT = 4  # 4: the deployment names its weights' quantization and the projections' dtype
 
 
 class PackageError(Exception):

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-DTYPE_BYTES = {"bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
+#: Bytes of each dtype a region, tensor or argument may have. ``fp8e4nv`` is OCP FP8 E4M3 (torch's
+#: ``float8_e4m3fn``), under the name Triton's signatures give it.
+DTYPE_BYTES = {"fp8e4nv": 1, "bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 
 #: Where the runtime finds a kernel argument (``Arg.role``):
 ROLES = (
@@ -49,7 +51,7 @@ class Arg:
     """One kernel parameter of a program's named ABI, and where the runtime binds it from."""
 
     name: str
-    type: str  # Triton signature type: *bf16, *fp32, *i32, *i64 (device pointers) or i32
+    type: str  # Triton signature type: *fp8e4nv, *bf16, *fp32, *i32, *i64 (device pointers) or i32
     role: str  # one of ROLES
 
     def __post_init__(self):
@@ -199,14 +201,41 @@ class KVLayout:
 
 
 @dataclass(frozen=True)
+class WeightQuant:
+    """How a checkpoint stores its decoder layers' projection weights (q/k/v, o, gate/up, down):
+    FP8 E4M3 with one fp32 scale per ``block_rows`` × ``block_cols`` block of each weight, as
+    ``weight_scale_inv`` (the dequantized weight is ``weight · scale`` blockwise). Read from
+    config.json's ``quantization_config`` (``weight_block_size``); norms, the embedding and the
+    LM head stay in the model's dtype."""
+
+    method: str  # fp8
+    fmt: str  # e4m3
+    block_rows: int
+    block_cols: int
+
+    @property
+    def dtype(self) -> str:
+        return "fp8e4nv"
+
+    def scale_shape(self, rows: int, cols: int) -> tuple[int, int]:
+        """The scales of a [rows, cols] weight: one per block, the last ones partial."""
+        return -(-rows // self.block_rows), -(-cols // self.block_cols)
+
+
+@dataclass(frozen=True)
 class DtypeRoles:
     """The dtype of each role a tensor plays, so a quantized weight does not quantize the activations."""
 
-    weights: str  # the layers' and the head's weight tensors
+    weights: str  # the norms, the embedding and the head's weight; the projections' too unless quantized
     activations: str  # activations stored for a GEMV to read (x̂, attn_out, h)
     kv: str  # the KV cache
     accumulators: str = "fp32"  # products, sums, the hidden state between layers, the logits
-    scales: str | None = None  # per-block weight scales (quantized weights; none today)
+    scales: str | None = None  # the projections' per-block scales (quantized weights only)
+    projections: str | None = None  # the decoder layers' projection weights, where not ``weights`` (fp8e4nv)
+
+    @property
+    def projection(self) -> str:
+        return self.projections or self.weights
 
 
 @dataclass(frozen=True)
@@ -222,6 +251,7 @@ class PackageDeployment:
     lifetime_steps: int
     debug_wait_spins: int
     stage_clock: bool
+    quant: WeightQuant | None = None  # the projections' quantization (None: stored in ``dtypes.weights``)
 
     def to_json(self) -> dict:
         out = asdict(self)
@@ -235,4 +265,6 @@ class PackageDeployment:
         data["kv_cache"] = KVLayout(**data["kv_cache"])
         data["bands"] = tuple(Band(**b) for b in data["bands"])
         data["modes"] = tuple(data["modes"])
+        if data.get("quant") is not None:
+            data["quant"] = WeightQuant(**data["quant"])
         return PackageDeployment(**data)

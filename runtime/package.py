@@ -99,10 +99,12 @@ class Package:
         return allocate_kv_cache(self.geometry, self.block_size, self.kv_dtype, num_blocks, self.device)
 
     def bind_weights(self, weights) -> PackedWeights:
-        """Weights from an HF-named state_dict (any device) or a safetensors file or directory."""
+        """Weights from an HF-named state_dict (any device) or a safetensors file or directory; an
+        FP8 package's projections as the checkpoint stores them (E4M3 ``weight`` and its fp32
+        ``weight_scale_inv``)."""
         if isinstance(weights, (str, Path)):
             weights = SafetensorsCheckpoint(weights)
-        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device)
+        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device, self.manifest.deployment.quant)
 
     def bind(self, weights, kv_cache, mode: str | None = None):
         """A callable decode step over these weights and this KV cache (both used in place)."""

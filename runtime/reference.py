@@ -1,6 +1,7 @@
 """A plain PyTorch decode step over the packed weights and the paged KV cache: the reference.
 
-It computes in ``compute_dtype`` (float64 by default) from the same weights the programs read,
+It computes in ``compute_dtype`` (float64 by default) from the same weights the programs read
+(an FP8 checkpoint's projections dequantized blockwise),
 and writes the step's K/V into its own paged caches in the cache dtype, as the programs do.
 Rows with context length 0 are padding: they write nothing to the KV cache and attend to
 nothing (their attention output is zero).
@@ -39,7 +40,7 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
     cos, sin = a.cos()[:, None, :], a.sin()[:, None, :]
     x = weights.embed[tokens.long()].to(cd)
     for layer, w in enumerate(weights.layers):
-        qkv = _rms(x, w.attn_norm, eps) @ w.w_qkv.to(cd).T
+        qkv = _rms(x, w.attn_norm, eps) @ w.projection("w_qkv", cd).T
         if w.b_qkv is not None:
             qkv = qkv + w.b_qkv.to(cd)
         q = qkv[:, : nq * d].view(m, nq, d)
@@ -69,7 +70,7 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
                 keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
                 scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
                 attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
-        x1 = x + attn.reshape(m, nq * d) @ w.w_o.to(cd).T
-        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.w_gate_up.to(cd).T).chunk(2, dim=-1)
-        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.w_down.to(cd).T
+        x1 = x + attn.reshape(m, nq * d) @ w.projection("w_o", cd).T
+        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("w_gate_up", cd).T).chunk(2, dim=-1)
+        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("w_down", cd).T
     return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T

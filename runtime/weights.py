@@ -2,7 +2,9 @@
 
 q/k/v projections are packed into one ``w_qkv`` [(q + 2·kv heads)·head_dim, hidden] and gate/up
 into one ``w_gate_up`` [2·intermediate, hidden] (vLLM's layout); every other tensor is used in
-place. A missing or mis-shaped tensor is an error naming it with the expected shape and dtype.
+place. An FP8 checkpoint's projections are E4M3 ``weight`` tensors with fp32 ``weight_scale_inv``
+block scales beside them (``WeightQuant``); their scales are packed the same way. A missing or
+mis-shaped tensor is an error naming it with the expected shape and dtype.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..schema import Geometry
+from ..schema import Geometry, WeightQuant
 
 
 class WeightError(Exception):
@@ -30,6 +32,23 @@ class LayerWeights:
     mlp_norm: torch.Tensor
     w_gate_up: torch.Tensor
     w_down: torch.Tensor
+    # an FP8 checkpoint's block scales of each projection (None: the projections are unquantized)
+    w_qkv_scale: torch.Tensor | None = None
+    w_o_scale: torch.Tensor | None = None
+    w_gate_up_scale: torch.Tensor | None = None
+    w_down_scale: torch.Tensor | None = None
+    quant: WeightQuant | None = None  # their blocks
+
+    def projection(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        """Projection ``name`` (w_qkv, w_o, w_gate_up, w_down) in ``dtype``, dequantized blockwise
+        if it is FP8: what the programs multiply by."""
+        w, scale = getattr(self, name), getattr(self, name + "_scale")
+        if scale is None:
+            return w.to(dtype)
+        rows, cols = w.shape
+        q = self.quant
+        full = scale.to(dtype).repeat_interleave(q.block_rows, 0)[:rows].repeat_interleave(q.block_cols, 1)[:, :cols]
+        return w.to(dtype) * full
 
 
 @dataclass(frozen=True)
@@ -57,11 +76,29 @@ def _take(sd: Mapping, name: str, shape: tuple[int, ...], dtype: torch.dtype, de
     return t
 
 
-def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, device=None) -> PackedWeights:
+def _projection(sd: Mapping, prefix: str, names: tuple[str, ...], rows: tuple[int, ...], cols: int,
+                dtype: torch.dtype, device, quant: WeightQuant | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The projections ``names`` (HF's, less ``.weight``) stacked as the programs read them (one
+    tensor in place, several concatenated), and, for an FP8 checkpoint, their block scales stacked
+    the same way."""
+    def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
+        return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+
+    if quant is None:
+        return stack([_take(sd, prefix + n + ".weight", (r, cols), dtype, device) for n, r in zip(names, rows)]), None
+    values = [_take(sd, prefix + n + ".weight", (r, cols), torch.float8_e4m3fn, device) for n, r in zip(names, rows)]
+    scales = [_take(sd, prefix + n + ".weight_scale_inv", quant.scale_shape(r, cols), torch.float32, device)
+              for n, r in zip(names, rows)]
+    return stack(values), stack(scales)
+
+
+def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, device=None,
+                       quant: WeightQuant | None = None) -> PackedWeights:
     """Pack an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…) for the programs.
 
     Tensors already on ``device`` (default: where they are), contiguous and aligned are used in
-    place; q/k/v and gate/up are concatenated once, on ``device``.
+    place; q/k/v and gate/up are concatenated once, on ``device``. With ``quant`` the projections
+    are read as FP8 E4M3 with their ``weight_scale_inv`` block scales.
     """
     g = geometry
     h, d, inter = g.hidden, g.head_dim, g.intermediate
@@ -70,30 +107,54 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
     for i in range(g.layers):
         p = f"model.layers.{i}."
         take = lambda n, s, p=p: _take(sd, p + n, s, dtype, device)  # noqa: E731
-        q, k, v = take("self_attn.q_proj.weight", (nq, h)), take("self_attn.k_proj.weight", (nkv, h)), \
-            take("self_attn.v_proj.weight", (nkv, h))
+
+        proj = lambda names, rows, cols, p=p: _projection(sd, p, names, rows, cols, dtype, device, quant)  # noqa: E731
+        w_qkv, s_qkv = proj(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), (nq, nkv, nkv), h)
+        w_o, s_o = proj(("self_attn.o_proj",), (h,), nq)
+        w_gate_up, s_gate_up = proj(("mlp.gate_proj", "mlp.up_proj"), (inter, inter), h)
+        w_down, s_down = proj(("mlp.down_proj",), (h,), inter)
         bias = None
         if g.qkv_bias:
             bias = torch.cat([take("self_attn.q_proj.bias", (nq,)), take("self_attn.k_proj.bias", (nkv,)),
                               take("self_attn.v_proj.bias", (nkv,))])
         layers.append(LayerWeights(
             attn_norm=take("input_layernorm.weight", (h,)),
-            w_qkv=torch.cat([q, k, v]).contiguous(),
+            w_qkv=w_qkv,
             b_qkv=bias,
             q_norm=take("self_attn.q_norm.weight", (d,)) if g.qk_norm else None,
             k_norm=take("self_attn.k_norm.weight", (d,)) if g.qk_norm else None,
-            w_o=take("self_attn.o_proj.weight", (h, nq)),
+            w_o=w_o,
             mlp_norm=take("post_attention_layernorm.weight", (h,)),
-            w_gate_up=torch.cat([take("mlp.gate_proj.weight", (inter, h)), take("mlp.up_proj.weight", (inter, h))]),
-            w_down=take("mlp.down_proj.weight", (h, inter)),
+            w_gate_up=w_gate_up,
+            w_down=w_down,
+            w_qkv_scale=s_qkv, w_o_scale=s_o, w_gate_up_scale=s_gate_up, w_down_scale=s_down, quant=quant,
         ))
     embed = _take(sd, "model.embed_tokens.weight", (g.vocab, h), dtype, device)
     head = embed if g.tied_head else _take(sd, "lm_head.weight", (g.vocab, h), dtype, device)
     return PackedWeights(embed, tuple(layers), _take(sd, "model.norm.weight", (h,), dtype, device), head)
 
 
-def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torch.Generator) -> dict:
-    """Random weights under HF names, scaled like a trained model's (unit-RMS activations).
+FP8_MAX = 448.0  # the largest finite E4M3 value
+
+
+def quantize_fp8_blocks(w: torch.Tensor, quant: WeightQuant) -> tuple[torch.Tensor, torch.Tensor]:
+    """``w`` as an FP8 checkpoint stores it: E4M3 values and one fp32 ``weight_scale_inv`` per
+    block (the block's largest magnitude maps to 448), so that ``values · scale`` is ``w``."""
+    rows, cols = w.shape
+    srows, scols = quant.scale_shape(rows, cols)
+    br, bc = quant.block_rows, quant.block_cols
+    padded = torch.zeros(srows * br, scols * bc, dtype=torch.float32, device=w.device)
+    padded[:rows, :cols] = w.float()
+    blocks = padded.view(srows, br, scols, bc)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
+    values = (blocks / scale[:, None, :, None]).view(srows * br, scols * bc)[:rows, :cols]
+    return values.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
+
+
+def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torch.Generator,
+                         quant: WeightQuant | None = None) -> dict:
+    """Random weights under HF names, scaled like a trained model's (unit-RMS activations); with
+    ``quant``, the projections quantized as an FP8 checkpoint stores them.
 
     Drawn on the generator's device (a CUDA generator draws a large model in seconds).
     """
@@ -128,4 +189,9 @@ def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torc
         if g.qk_norm:
             sd[p + "self_attn.q_norm.weight"] = vec(d)
             sd[p + "self_attn.k_norm.weight"] = vec(d)
+        if quant is not None:
+            for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
+                sd[p + name + ".weight"], sd[p + name + ".weight_scale_inv"] = \
+                    quantize_fp8_blocks(sd[p + name + ".weight"], quant)
     return sd

@@ -80,7 +80,8 @@ def main(case: dict, workdir: Path) -> dict:
     g = recipe.geometry
     t = DTYPES[dtype]
     gen = torch.Generator().manual_seed(case["seed"])
-    weights = pack_hf_state_dict(random_hf_state_dict(g, t, gen), g, t)
+    quant = recipe.deployment.quant  # an FP8 config's: projections quantized blockwise, the reference dequantizes
+    weights = pack_hf_state_dict(random_hf_state_dict(g, t, gen, quant), g, t, quant=quant)
     blocks, block_size, pages = 40 * rows, 16, 32
     shape = (blocks, block_size, g.kv_heads, g.head_dim)
     k_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g.layers)]

@@ -63,6 +63,12 @@ CASES = [
     ("tiny-qwen2-gqa3.json", "bf16", 2, 1, [50, 300], "persistent"),
     ("tiny-qwen3.json", "bf16", 1, 6, [90], "persistent"),
     ("tiny-llama.json", "bf16", 2, 1, [33, 120], "persistent_cta_staging"),
+    # FP8 checkpoints (block-scaled E4M3 projections, 32×64 and 64×128 blocks): the shipped
+    # pipeline, the register double-buffer, K splits, the persistent program
+    ("tiny-qwen3-fp8.json", "bf16", 2, 1, [60, 200]),
+    ("tiny-qwen3-fp8.json", "bf16", 2, 1, [70, 9], "register_pipeline"),
+    ("tiny-llama-fp8.json", "bf16", 1, 6, [130], "split_k"),
+    ("tiny-llama-fp8.json", "bf16", 2, 1, [33, 120], "persistent"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max

@@ -13,9 +13,9 @@ from .conftest import RECIPES
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 
 
-def test_nine_recipes_are_shipped():
+def test_twelve_recipes_are_shipped():
     names = {p.stem for p in SHIPPED}
-    assert names == {f"{m}-{t}" for m in ("llama-3.2-1b", "qwen3-0.6b", "qwen3-8b")
+    assert names == {f"{m}-{t}" for m in ("llama-3.2-1b", "qwen3-0.6b", "qwen3-8b", "qwen3-8b-fp8")
                      for t in ("sm_90", "gfx942", "gfx950")}
 
 
@@ -104,13 +104,13 @@ def test_unsupported_geometry(tiny_recipe, tmp_path):
 
 
 @pytest.mark.parametrize("key,config,method", [
-    ("quantization_config", {"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128],
-                             "activation_scheme": "dynamic"}, "'fp8'"),
     ("quantization_config", {"quant_method": "awq", "bits": 4}, "'awq'"),
+    ("quantization_config", {"quant_method": "bitsandbytes", "load_in_4bit": True}, "'bitsandbytes'"),
     ("compression_config", {"format": "pack-quantized"}, "'pack-quantized'"),
 ])
 def test_a_quantized_checkpoint_is_refused_naming_its_method(tiny_recipe, tmp_path, key, config, method):
-    """Planned as bf16, a quantized checkpoint would bind its tensors as what they are not."""
+    """Planned as bf16, a quantized checkpoint would bind its tensors as what they are not (FP8
+    block-scaled checkpoints are served: test_fp8)."""
     cfg = json.loads((tmp_path / "tiny-llama.json").read_text())
     cfg[key] = config
     (tmp_path / "tiny-llama.json").write_text(json.dumps(cfg))

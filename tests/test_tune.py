@@ -62,10 +62,10 @@ def test_search_finds_the_optimum_and_the_table_steers_the_planner(tmp_path):
     text = out.read_text()
     assert text.startswith("# Frozen schedule")  # the shipped header is kept
     table = read_schedule(out)
-    entry = table.entry("layer", recipe.geometry.hidden, band.rows, band.tokens)
+    entry = table.entry("layer", recipe.geometry.hidden, band.rows, band.tokens, weights="bf16")
     assert (entry.block_n, entry.weight_stages) == (32, 2)
     other = recipe.deployment.bands[1]
-    assert table.entry("layer", recipe.geometry.hidden, other.rows, other.tokens) == table.defaults
+    assert table.entry("layer", recipe.geometry.hidden, other.rows, other.tokens, weights="bf16") == table.defaults
     layer = next(p for p in plan_recipe(recipe, table).programs if p.kind == "layer" and p.band == band)
     assert (layer.param("BN"), layer.param("W_STAGES")) == (32, 2)
 

@@ -55,6 +55,25 @@ def mm(a, b_t, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
+def chunk_product(x, w, scale_ptr, rows, row_mask, k0, K: tl.constexpr, QUANT: tl.constexpr, QBN: tl.constexpr,
+                  QBK: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """x @ wᵀ for one weight chunk of rows ``rows`` from column k0, in fp32.
+
+    A block-scaled FP8 chunk (QUANT; the chunk lies inside one QBK-column block, the planner's
+    BK ≤ QBK) is widened to bf16, which holds every E4M3 value exactly, and the product of each
+    row is scaled by that row's block scale (``scale_ptr``: [⌈N/QBN⌉, ⌈K/QBK⌉] fp32), so the
+    dequantization costs one multiply per output, not per weight. Otherwise x is cast to the
+    weight dtype, as the product takes it.
+    """
+    if QUANT:
+        SCALE_COLS: tl.constexpr = (K + QBK - 1) // QBK
+        s = tl.load(scale_ptr + (rows // QBN) * SCALE_COLS + k0 // QBK, mask=row_mask, other=0.0)
+        return mm(x.to(tl.bfloat16), w.to(tl.bfloat16), DOT_IEEE) * s[None, :]
+    else:
+        return mm(x.to(w.dtype), w, DOT_IEEE)
+
+
+@triton.jit
 def stage_activation(x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.constexpr, K: tl.constexpr,
                      K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, NORM_ROWS: tl.constexpr):
     """This CTA's private copy of the GEMV input: x̂ = RMSNorm(x) (when NORM), in the weight dtype.
@@ -99,22 +118,24 @@ def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M: tl.constexp
 
 
 @triton.jit
-def gemv(x_ptr, w_ptr, rows, row_mask, w_first, k_lo, M: tl.constexpr, K: tl.constexpr, KS: tl.constexpr,
-         ROWS_P: tl.constexpr, BK: tl.constexpr, DOT_IEEE: tl.constexpr):
+def gemv(x_ptr, w_ptr, w_scale_ptr, rows, row_mask, w_first, k_lo, M: tl.constexpr, K: tl.constexpr,
+         KS: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr, QUANT: tl.constexpr, QBN: tl.constexpr,
+         QBK: tl.constexpr, DOT_IEEE: tl.constexpr):
     """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32, one weight
     chunk in flight in registers.
 
-    x is an [M, K] activation (fp32, or a staged x̂ in the weight dtype), cast to the weight dtype
-    before the product. ``w_first`` is the first weight chunk, loaded by the caller (before a sync
-    wait, where there is one); each iteration loads the next chunk before it multiplies the
-    current one.
+    x is an [M, K] activation (fp32, or a staged x̂ in the activation dtype), multiplied by
+    ``chunk_product`` (which dequantizes a block-scaled FP8 weight). ``w_first`` is the first
+    weight chunk, loaded by the caller (before a sync wait, where there is one); each iteration
+    loads the next chunk before it multiplies the current one.
     """
     r = tl.arange(0, ROWS_P)
     acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
     w = w_first
     for k0 in range(k_lo, k_lo + KS, BK):
         w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK)
-        acc += mm(x_chunk(x_ptr, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
+        acc += chunk_product(x_chunk(x_ptr, r, k0, M, K, BK), w, w_scale_ptr, rows, row_mask, k0, K, QUANT, QBN, QBK,
+                             DOT_IEEE)
         w = w_next
     return acc
 

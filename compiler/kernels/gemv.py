@@ -7,7 +7,9 @@ slice of ``x_hat_ptr`` ([G, M, K], weight dtype; K_P is K rounded up to a power 
 GEMV streams that. A task is (output tile, K split): with SPLIT > 1 each task multiplies
 K / SPLIT columns and writes partial ``split`` of out (shape [SPLIT, M, N]); split 0 adds the
 bias and the residual. GATED tiles hold BN gate rows interleaved with BN up rows, so one product
-gives both and a split of the accumulator separates them.
+gives both and a split of the accumulator separates them. QUANT weights are FP8 E4M3 with one
+fp32 scale per QBN × QBK block (``w_scale_ptr``), dequantized in the product
+(``common.chunk_product``).
 
 With W_STAGES > 1 a CTA's tasks are one software-pipelined loop over (task, K chunk), so
 W_STAGES - 1 weight chunks stay in flight across task boundaries: a loop per task would drain
@@ -20,7 +22,7 @@ task's loop keeps one chunk in flight in registers.
 import triton
 import triton.language as tl
 
-from .common import gemv, load_parts, load_w_chunk, mm, stage_activation, x_chunk
+from .common import chunk_product, gemv, load_parts, load_w_chunk, stage_activation, x_chunk
 
 
 @triton.jit
@@ -72,7 +74,8 @@ def gemv_prefetch(pid, w_ptr, N: tl.constexpr, K: tl.constexpr, BN: tl.constexpr
 
 
 @triton.jit
-def gemv_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, out_ptr, bias_ptr, residual_ptr,
+def gemv_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, w_scale_ptr, QUANT: tl.constexpr,
+            QBN: tl.constexpr, QBK: tl.constexpr, out_ptr, bias_ptr, residual_ptr,
             RES_PARTS: tl.constexpr, N: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, M: tl.constexpr,
             ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr, G: tl.constexpr,
             EPS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
@@ -93,7 +96,8 @@ def gemv_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, 
             tile = task % TILES
             split = task // TILES
             rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
-            acc = gemv(x_cta, w_ptr, rows, row_mask, w_first, split * KS, M, K, KS, ROWS_P, BK, DOT_IEEE)
+            acc = gemv(x_cta, w_ptr, w_scale_ptr, rows, row_mask, w_first, split * KS, M, K, KS, ROWS_P, BK, QUANT, QBN,
+                       QBK, DOT_IEEE)
             _store_tile(acc, tile, split, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, HAS_BIAS,
                         HAS_RESIDUAL, GATED)
             rows, row_mask = _tile_rows((task + G) % TILES, j, BN, N, GATED, INTER)
@@ -111,7 +115,8 @@ def gemv_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, 
             rows, row_mask = _tile_rows(tile, j, BN, N, GATED, INTER)
             k0 = split * KS + chunk * BK
             w = load_w_chunk(w_ptr, rows, row_mask, k0, K, BK)
-            acc += mm(x_chunk(x_cta, r, k0, M, K, BK).to(w.dtype), w, DOT_IEEE)
+            acc += chunk_product(x_chunk(x_cta, r, k0, M, K, BK), w, w_scale_ptr, rows, row_mask, k0, K, QUANT, QBN,
+                                 QBK, DOT_IEEE)
             if chunk == CHUNKS - 1:
                 _store_tile(acc, tile, split, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, HAS_BIAS,
                             HAS_RESIDUAL, GATED)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...schema import Arg, DtypeRoles, Region
+from ...schema import DTYPE_BYTES, Arg, DtypeRoles, Region, WeightQuant
 from .spec import Need, Op, WeightStream
 
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
@@ -43,6 +43,7 @@ class LayerShape:
     norm_stages: bool
     kv_tiles: str  # how attention walks the cache, for the task's description
     params: tuple[tuple[str, object], ...]  # the device functions' constants (EPS, BN, BK, …)
+    quant: WeightQuant | None = None  # the projections' block scaling (their dtype: dtypes.projection)
 
     @property
     def m(self) -> int:
@@ -75,12 +76,28 @@ def _tiles(n: int, bn: int, split: int) -> tuple[int, str]:
     return -(-n // bn) * split, f"(tiles of {bn}" + (f") × {split} K splits" if split > 1 else ")")
 
 
+def projection(s: LayerShape, name: str, rows: int, cols: int, tile_rows: int = 1,
+               k_split: int = 1) -> tuple[Arg, Arg | None, tuple[WeightStream, ...]]:
+    """A projection weight's argument, its block scales' (quantized checkpoints; else None) and
+    the bytes both stream."""
+    dtype = s.dtypes.projection
+    w = WeightStream(name, rows, cols, DTYPE_BYTES[dtype], tile_rows, k_split)
+    if s.quant is None:
+        return tensor(name, dtype, "layer_weight"), None, (w,)
+    srows, scols = s.quant.scale_shape(rows, cols)
+    return (tensor(name, dtype, "layer_weight"), tensor(name + "_scale", s.dtypes.scales, "layer_weight"),
+            (w, WeightStream(name + "_scale", srows, scols, DTYPE_BYTES[s.dtypes.scales])))
+
+
 def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, staged: Arg | None, w: Arg, out: Arg,
                   n: int, k: int, split: int, bias: Arg | None = None, residual: Arg | None = None,
-                  res_parts: int = 1, gated: bool = False) -> tuple[tuple[str, object], ...]:
+                  res_parts: int = 1, gated: bool = False, scale: Arg | None = None) -> tuple[tuple[str, object], ...]:
     p = dict(s.params)
+    q = s.quant
     return (("x_ptr", x), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", staged), ("w_ptr", w),
-            ("out_ptr", out), ("bias_ptr", bias), ("residual_ptr", residual), ("RES_PARTS", res_parts), ("N", n),
+            ("w_scale_ptr", scale), ("QUANT", scale is not None), ("QBN", q.block_rows if scale else 1),
+            ("QBK", q.block_cols if scale else 1), ("out_ptr", out), ("bias_ptr", bias), ("residual_ptr", residual),
+            ("RES_PARTS", res_parts), ("N", n),
             ("K", k), ("K_P", p["H_P"]), ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
             ("SPLIT", split), ("G", s.grid), ("EPS", p["EPS"]), ("NORM", norm is not None and staged is not None),
             ("HAS_BIAS", bias is not None), ("HAS_RESIDUAL", residual is not None), ("GATED", gated),
@@ -138,16 +155,17 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
 
     # qkv: x̂ · W_qkvᵀ (+ bias) → qkv (raw, fp32; one partial per K split)
     tasks, tiles = _tiles(s.qkv_rows, s.block_n, s.qkv_split)
+    w_qkv, qkv_scale, qkv_streams = projection(s, "w_qkv", s.qkv_rows, h, s.block_n, s.qkv_split)
     bias = wt("b_qkv") if s.qkv_bias else None
     x_qkv = "x_hat_qkv" if ns else "x_in"
     ops.append(Op(
         "qkv", "gemv_op", "gemv_prefetch", tasks, ("x̂ · W_qkv rows " if ns else "RMSNorm(x_in) · W_qkv rows ") + tiles,
         gemv_bindings(s, x=arg[x_qkv], x_parts=1 if ns else s.down_split, norm=attn_norm,
-                      staged=None if ns else arg["x_hat_qkv"], w=wt("w_qkv"), out=arg["qkv"], n=s.qkv_rows, k=h,
-                      split=s.qkv_split, bias=bias),
+                      staged=None if ns else arg["x_hat_qkv"], w=w_qkv, out=arg["qkv"], n=s.qkv_rows, k=h,
+                      split=s.qkv_split, bias=bias, scale=qkv_scale),
         writes=(r["qkv"],) + (() if ns else (r["x_hat_qkv"],)), reads=(x_qkv,) + (() if ns else ("x_hat_qkv",)),
         needs=(Need(x_qkv, "the task's K-slice of every row" if ns else "whole rows (each CTA norms them)"),),
-        weights=(WeightStream("w_qkv", s.qkv_rows, h, wb, s.block_n, s.qkv_split),)
+        weights=qkv_streams
         + ((WeightStream("b_qkv", 1, s.qkv_rows, wb),) if bias else ())
         + (() if ns else (WeightStream("attn_norm", 1, h, wb),)),
         io_bytes=m * h * 4, after_previous_launch=not ns))
@@ -182,36 +200,39 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
         needs=(Need("part_acc", "the head's splits"), Need("part_ml", "the head's splits"))))
 
     tasks, tiles = _tiles(h, s.block_n, s.o_split)
+    w_o, o_scale, o_streams = projection(s, "w_o", h, s.q_heads * d, s.block_n, s.o_split)
     ops.append(Op(
         "o", "gemv_op", "gemv_prefetch", tasks, "attn_out · W_o rows + x_in " + tiles,
-        gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=wt("w_o"), out=arg["x1"], n=h,
-                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split),
+        gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=w_o, out=arg["x1"], n=h,
+                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split, scale=o_scale),
         writes=(r["x1"],), reads=("attn_out", "x_in"),
         needs=(Need("attn_out", "the query heads in the task's K-slice"),),
-        weights=(WeightStream("w_o", h, s.q_heads * d, wb, s.block_n, s.o_split),)))
+        weights=o_streams))
 
     if ns:
         ops.append(norm_op(s, "norm_up", r["x1"], s.o_split, mlp_norm, r["x_hat_up"], "up"))
     tasks, tiles = _tiles(s.intermediate, s.block_n, 1)
+    w_gate_up, up_scale, up_streams = projection(s, "w_gate_up", 2 * s.intermediate, h, 2 * s.block_n)
     x_up = "x_hat_up" if ns else "x1"
     ops.append(Op(
         "up", "gemv_op", "gemv_prefetch", tasks,
         ("x̂_up · " if ns else "RMSNorm(x1) · ") + "W_gate|W_up rows, silu(g)·u " + tiles,
         gemv_bindings(s, x=arg[x_up], x_parts=1 if ns else s.o_split, norm=mlp_norm,
-                      staged=None if ns else arg["x_hat_up"], w=wt("w_gate_up"), out=arg["h"], n=s.intermediate, k=h,
-                      split=1, gated=True),
+                      staged=None if ns else arg["x_hat_up"], w=w_gate_up, out=arg["h"], n=s.intermediate, k=h,
+                      split=1, gated=True, scale=up_scale),
         writes=(r["h"],) + (() if ns else (r["x_hat_up"],)), reads=(x_up,) + (() if ns else ("x_hat_up",)),
         needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
-        weights=(WeightStream("w_gate_up", 2 * s.intermediate, h, wb, 2 * s.block_n),)
+        weights=up_streams
         + (() if ns else (WeightStream("mlp_norm", 1, h, wb),))))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
+    w_down, down_scale, down_streams = projection(s, "w_down", h, s.intermediate, s.block_n, s.down_split)
     ops.append(Op(
         "down", "gemv_op", "gemv_prefetch", tasks, "h · W_down rows + x1 " + tiles,
-        gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=wt("w_down"), out=arg["x_out"], n=h,
-                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split),
+        gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=w_down, out=arg["x_out"], n=h,
+                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split, scale=down_scale),
         writes=(r["x_out"],), reads=("h", "x1"),
         needs=(Need("h", "the h columns in the task's K-slice"), Need("x1", "the task's output columns")),
-        weights=(WeightStream("w_down", h, s.intermediate, wb, s.block_n, s.down_split),),
+        weights=down_streams,
         io_bytes=m * h * 4, releases_next_launch=True))
     return tuple(ops)
