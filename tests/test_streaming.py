@@ -304,9 +304,9 @@ def test_an_older_manifest_format_is_refused(package, tmp_path):
     pkg = tmp_path / "pkg"
     shutil.copytree(package, pkg)
     doc = json.loads((pkg / "manifest.json").read_text())
-    doc["format"] = 2
+    doc["format"] = 3
     (pkg / "manifest.json").write_text(json.dumps(doc))
-    with pytest.raises(PackageError, match="manifest format 2 is not 3"):
+    with pytest.raises(PackageError, match="manifest format 3 is not 4"):
         read_manifest(pkg)
 
 
