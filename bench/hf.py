@@ -7,21 +7,32 @@ reference step against transformers. transformers is imported lazily: the runtim
 
 from __future__ import annotations
 
-import shutil
+import json
 import tempfile
 from pathlib import Path
 
 import torch
 
 from ..runtime.kvcache import KVCache
+from ..runtime.weights import dequantized_state_dict
+from ..schema import WeightQuant
 
 
-def hf_model(config_json: Path, state_dict: dict, dtype: torch.dtype, device):
-    """The transformers model of a config.json, built on ``device`` (nothing downloaded), with these weights."""
+def hf_model(config_json: Path, state_dict: dict, dtype: torch.dtype, device, quant: WeightQuant | None = None):
+    """The transformers model of a config.json, built on ``device`` (nothing downloaded), with these weights.
+
+    An FP8 checkpoint's (``quant``) is built unquantized, its weights dequantized into ``dtype``:
+    the same products computed by transformers' own bf16 or float32 layers, so it is the outside
+    reference of an FP8 package exactly as the bf16 model is of a bf16 one.
+    """
     import transformers
 
+    config = json.loads(Path(config_json).read_text())
+    if quant is not None:
+        config.pop("quantization_config", None)
+        state_dict = dequantized_state_dict(state_dict, quant, dtype)
     with tempfile.TemporaryDirectory() as tmp:
-        shutil.copy(config_json, Path(tmp) / "config.json")
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
         config = transformers.AutoConfig.from_pretrained(tmp)
     with torch.device(device):
         model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)

@@ -14,8 +14,9 @@ layer's GEMVs are tiled for its units (16 weight rows a compute warp, in both mo
 staged programs and the head agree with it on the hidden state's split-K partials); the
 RMSNorms are ops of their own or staged by each CTA of their GEMV as the entry's
 ``norm_stages`` says, as for the Triton executor. The persistent layer program is the
-streaming one wherever its dtypes are the ones it is written for (bf16), the Triton
-executor's otherwise.
+streaming one wherever its dtypes are the ones it is written for (bf16 activations, norms and
+KV cache; bf16 or block-scaled FP8 projections), the Triton executor's otherwise. An FP8
+projection's ring units are [rows, cols] of E4M3, cols a whole number of its scale blocks.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, replace
 
-from ..schema import Arg
+from ..schema import DTYPE_BYTES, Arg
 from .ops.spec import Op
 
 WARP_ROWS = 16  # a compute warp's rows of a streamed GEMV tile: the tensor cores' m16
@@ -38,7 +39,8 @@ SM_REGISTERS = 65536
 SHARED_MAX = 232448
 SHARED_SCRATCH = 4 * 1024  # the layout conversions' scratch besides attention's merge (1.4 KB seen)
 GEMV_BODY, ATTENTION_BODY = "gemv_op", "attention_op"  # the ops whose inputs the loader streams
-DTYPE = "bf16"  # the dtype of the weights, activations and KV cache the streaming programs are written for
+DTYPE = "bf16"  # the dtype of the activations, norms and KV cache the streaming programs are written for
+PROJECTIONS = ("bf16", "fp8e4nv")  # the projection weights' dtypes they stream
 
 
 @dataclass(frozen=True)
@@ -47,18 +49,19 @@ class Ring:
 
     slots: int  # units in flight a CTA (a GEMV's weight chunks, attention's KV tiles)
     rows: int  # a unit's weight rows (a GEMV tile)
-    cols: int  # a unit's columns (the K chunk)
+    cols: int  # a unit's columns (the K chunk), in weight elements
     x_depth: int  # activation chunk slots (copies in flight + the one being multiplied)
     x_rows: int  # an activation chunk's rows: the band's, padded to the product's 8-column minimum
     loader_regs: int
+    weight: str = DTYPE  # the projections' dtype: a unit's elements
 
     @property
     def unit_bytes(self) -> int:
-        return self.rows * self.cols * 2
+        return self.rows * self.cols * DTYPE_BYTES[self.weight]
 
     @property
     def shared_bytes(self) -> int:
-        """The rings' shared memory, the weight ring's barriers included."""
+        """The rings' shared memory, the weight ring's barriers included (activation chunks are bf16)."""
         return self.slots * self.unit_bytes + self.x_depth * self.x_rows * self.cols * 2 + self.slots * 16
 
 
@@ -74,12 +77,12 @@ def shared_other(num_warps: int, query_rows: int, head_dim: int) -> int:
     return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH
 
 
-def ring(slots_wanted: int, num_warps: int, block_k: int, m: int, other: int) -> Ring:
+def ring(slots_wanted: int, num_warps: int, block_k: int, m: int, other: int, weight: str = DTYPE) -> Ring:
     """The rings of a streaming program whose CTA needs ``other`` bytes of shared memory besides
     them: as many weight slots as the table asks for (its ``stream_slots``; 0: no limit) and
-    shared memory holds, at least two."""
+    shared memory holds, at least two; units of ``block_k`` columns of ``weight``."""
     x_rows = max(8, 1 << (m - 1).bit_length())
-    one = Ring(1, stream_rows(num_warps), block_k, X_DEPTH, x_rows, LOADER_REGS)
+    one = Ring(1, stream_rows(num_warps), block_k, X_DEPTH, x_rows, LOADER_REGS, weight)
     budget = SHARED_MAX - other
     fits = (budget - one.shared_bytes) // (one.unit_bytes + 16) + 1
     return replace(one, slots=max(2, min(slots_wanted or fits, fits)))
@@ -107,8 +110,9 @@ def _swizzle(cols: int, elem_bytes: int) -> int:
 
 def tensordesc_type(dtype: str, rows: int, cols: int) -> str:
     """The signature type of a TMA descriptor argument for [rows, cols] blocks of a 2-D tensor."""
-    layout = (f"NVMMASharedLayout(swizzle_byte_width={_swizzle(cols, 2) if rows >= 8 else 0}, element_bitwidth=16, "
-              "rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
+    nbytes = DTYPE_BYTES[dtype]
+    layout = (f"NVMMASharedLayout(swizzle_byte_width={_swizzle(cols, nbytes) if rows >= 8 else 0}, "
+              f"element_bitwidth={8 * nbytes}, rank=2, transposed=False, fp4_padded=False, cga_layout=[])")
     return f"tensordesc<{dtype}[{rows}, {cols}],{layout}>"
 
 
@@ -132,15 +136,16 @@ def kv_tile_tokens(unit: Ring, head_dim: int, block_size: int) -> int:
 def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
     """The ops with what the loader streams bound as TMA descriptors (the ABI then names them so:
     the runtime builds each descriptor over the bound tensor): each GEMV's weight in units of the
-    ring's [rows, cols]; attention's K and V caches in pages of one KV head ([block_size,
-    head_dim] boxes of the caches seen as [blocks · block_size, kv_heads · head_dim]), its tiles
-    as many tokens as a unit holds."""
+    ring's [rows, cols], its K chunk the unit's columns; attention's K and V caches in pages of
+    one KV head ([block_size, head_dim] boxes of the caches seen as [blocks · block_size,
+    kv_heads · head_dim]), its tiles as many tokens as a unit holds."""
     out = []
     for op in ops:
         if op.body == GEMV_BODY:
             w = op.binding("w_ptr")
             desc = Arg(w.name, tensordesc_type(w.type.lstrip("*"), unit.rows, unit.cols), w.role)
-            op = replace(op, bindings=tuple((k, desc if k == "w_ptr" else v) for k, v in op.bindings))
+            swap = {"w_ptr": desc, "BK": unit.cols}
+            op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings))
         elif op.body == ATTENTION_BODY:
             d, bs = op.binding("D"), op.binding("BS")
             tiles = tuple((f"{c[0]}_tiles", Arg(f"{c[0]}_tiles", tensordesc_type(op.binding(c).type.lstrip("*"), bs, d),

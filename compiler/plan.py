@@ -168,9 +168,13 @@ class Planner:
                 "DOT_IEEE": self.recipe.deployment.dtypes.activations == "fp32"}
 
     def _k_splits(self, band: Band) -> KSplits:
+        """The GEMVs' K splits, one per op for every mode and executor of the band (the staged
+        programs and the head read the persistent program's partials), in whole K chunks of
+        whichever executor has the larger ones."""
         g, d = self.recipe.geometry, self.recipe.deployment
         entry = self._entry("layer", band)
-        grid, bn, bk = d.sm_count * entry.ctas_per_sm, self._block_n(entry), self._block_k(entry)
+        grid, bn = d.sm_count * entry.ctas_per_sm, self._block_n(entry)
+        bk = self._stream_block_k(entry) if self._streams(entry, "persistent") else self._block_k(entry)
         tiles = -(-g.hidden // bn)
         return KSplits(split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv),
                        split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
@@ -182,8 +186,8 @@ class Planner:
 
     def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
-        persistent, bf16 throughout: FP8 projections run on the Triton executor); the table must
-        not ask for it where it cannot be."""
+        persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
+        hold whole tiles); the table must not ask for it where it cannot be."""
         if not entry.streaming:
             return False
         d = self.recipe.deployment
@@ -198,8 +202,10 @@ class Planner:
                                                                   "ring takes the SM's shared memory): set 1 where "
                                                                   "streaming is 1")
         dtypes = d.dtypes
-        return mode == "persistent" and {dtypes.weights, dtypes.projection, dtypes.activations,
-                                         dtypes.kv} == {executor.DTYPE}
+        if d.quant is not None and d.quant.block_rows % executor.stream_rows(entry.num_warps):
+            return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
+        return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
+                and dtypes.projection in executor.PROJECTIONS)
 
     def _block_k(self, entry: ScheduleEntry, quantized: bool = True) -> int:
         """A GEMV's K chunk: the table's, at most the hidden size and, for block-scaled weights
@@ -207,6 +213,26 @@ class Planner:
         by one scale a row)."""
         quant = self.recipe.deployment.quant if quantized else None
         return min(entry.block_k, next_pow2(self.recipe.geometry.hidden), quant.block_cols if quant else 1 << 30)
+
+    def _stream_block_k(self, entry: ScheduleEntry) -> int:
+        """The streaming executor's K chunk, a ring unit's columns: the table's, at most the
+        hidden size. A block-scaled weight's unit holds whole scale blocks (the GEMV scales each
+        block's product by its own scale) and, its elements being half a bf16 one's bytes, is
+        widened where it would hold less than one KV tile (attention's tiles share the ring):
+        an entry written for bf16 units (Qwen3-8B's block_k 256, 32 KB) streams E4M3 units of the
+        same bytes (512 columns)."""
+        g, d = self.recipe.geometry, self.recipe.deployment
+        widest = next_pow2(g.hidden)
+        bk = min(entry.block_k, widest)
+        quant = d.quant
+        if quant is None:
+            return bk
+        bk = -(-bk // quant.block_cols) * quant.block_cols
+        least = max(16 * entry.num_warps, d.kv_cache.block_size)
+        unit = lambda cols: executor.ring(1, entry.num_warps, cols, 1, 0, d.dtypes.projection)  # noqa: E731
+        while bk < widest and executor.kv_tile_tokens(unit(bk), g.head_dim, d.kv_cache.block_size) < least:
+            bk *= 2
+        return bk
 
     def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         d, g = self.recipe.deployment, self.recipe.geometry
@@ -265,7 +291,8 @@ class Planner:
         if not streams:
             return programs
         other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim)
-        rings = executor.ring(entry.stream_slots, entry.num_warps, cx["BK"], band.m, other)
+        rings = executor.ring(entry.stream_slots, entry.num_warps, self._stream_block_k(entry), band.m, other,
+                              d.dtypes.projection)
         kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)
         least = max(16 * entry.num_warps, d.kv_cache.block_size)  # a product's 16 tokens a compute warp
         if kv_tile < least or kv_tile & (kv_tile - 1):

@@ -81,8 +81,19 @@ def _triton_compile(program: Program, target: Target, options: dict):
         try:
             return triton.compile(src, target=target.gpu_target(), options=options)
         except Exception as e:  # the toolchain's errors come in many types; name the program
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise CompileError(f"{program.name} for {target.name}: {first}") from e
+            raise CompileError(f"{program.name} for {target.name}: {_reason(e)}") from e
+
+
+def _reason(e: Exception) -> str:
+    """A toolchain error in one line: Triton's compilation errors chain one a calling function
+    (the innermost says what is wrong) and each opens with the place ("at 10:4:") and the source
+    around it and ends with the reason, so the innermost's two ends are kept."""
+    while e.__cause__ is not None:
+        e = e.__cause__
+    lines = [line.strip() for line in str(e).strip().splitlines() if line.strip()]
+    if not lines:
+        return type(e).__name__
+    return lines[0] if len(lines) == 1 else f"{lines[0]} {lines[-1]}"
 
 
 def compile_program(program: Program, target: Target) -> CodeObject:

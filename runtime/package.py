@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from ..manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
-from ..schema import Geometry
+from ..schema import Geometry, WeightQuant
 from .buffers import TORCH_DTYPES
 from .checkpoint import SafetensorsCheckpoint
 from .kvcache import KVCache, allocate_kv_cache, as_kv_cache
@@ -87,6 +87,11 @@ class Package:
     def block_size(self) -> int:
         return self.manifest.deployment.kv_cache.block_size
 
+    @property
+    def quant(self) -> WeightQuant | None:
+        """The checkpoint's weight quantization the programs were built for (None: unquantized)."""
+        return self.manifest.deployment.quant
+
     def make_current(self) -> None:
         """Make the device's context current in the calling thread (the step does this on a new thread)."""
         if self.manifest.target.startswith("sm_"):
@@ -104,7 +109,7 @@ class Package:
         ``weight_scale_inv``)."""
         if isinstance(weights, (str, Path)):
             weights = SafetensorsCheckpoint(weights)
-        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device, self.manifest.deployment.quant)
+        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device, self.quant)
 
     def bind(self, weights, kv_cache, mode: str | None = None):
         """A callable decode step over these weights and this KV cache (both used in place)."""

@@ -36,7 +36,8 @@ class Descriptor:
 def _data_type(dtype: torch.dtype):
     types = _driver().CUtensorMapDataType
     table = {torch.bfloat16: types.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, torch.float16: types.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-             torch.float32: types.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, torch.uint8: types.CU_TENSOR_MAP_DATA_TYPE_UINT8}
+             torch.float32: types.CU_TENSOR_MAP_DATA_TYPE_FLOAT32, torch.uint8: types.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+             torch.float8_e4m3fn: types.CU_TENSOR_MAP_DATA_TYPE_UINT8}  # TMA moves bytes: E4M3 as bytes
     if dtype not in table:
         raise ValueError(f"no TMA data type for {dtype}")
     return table[dtype]

@@ -43,12 +43,7 @@ class LayerWeights:
         """Projection ``name`` (w_qkv, w_o, w_gate_up, w_down) in ``dtype``, dequantized blockwise
         if it is FP8: what the programs multiply by."""
         w, scale = getattr(self, name), getattr(self, name + "_scale")
-        if scale is None:
-            return w.to(dtype)
-        rows, cols = w.shape
-        q = self.quant
-        full = scale.to(dtype).repeat_interleave(q.block_rows, 0)[:rows].repeat_interleave(q.block_cols, 1)[:, :cols]
-        return w.to(dtype) * full
+        return w.to(dtype) if scale is None else dequantize_blocks(w, scale, self.quant, dtype)
 
 
 @dataclass(frozen=True)
@@ -149,6 +144,27 @@ def quantize_fp8_blocks(w: torch.Tensor, quant: WeightQuant) -> tuple[torch.Tens
     scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
     values = (blocks / scale[:, None, :, None]).view(srows * br, scols * bc)[:rows, :cols]
     return values.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
+
+
+def dequantize_blocks(values: torch.Tensor, scale: torch.Tensor, quant: WeightQuant, dtype: torch.dtype) -> torch.Tensor:
+    """An FP8 projection in ``dtype``: each block of E4M3 ``values`` times its ``weight_scale_inv``."""
+    rows, cols = values.shape
+    full = scale.to(dtype).repeat_interleave(quant.block_rows, 0)[:rows]
+    return values.to(dtype) * full.repeat_interleave(quant.block_cols, 1)[:, :cols]
+
+
+def dequantized_state_dict(sd: Mapping, quant: WeightQuant, dtype: torch.dtype) -> dict:
+    """An FP8 checkpoint's HF state_dict as an unquantized one: every ``weight`` with a
+    ``weight_scale_inv`` beside it dequantized into ``dtype``, the scales dropped, the rest as is.
+
+    What a framework without FP8 kernels computes with (the outside reference of an FP8 package)."""
+    out = {}
+    for name, t in sd.items():
+        if name.endswith(".weight_scale_inv"):
+            continue
+        scale = sd.get(name.removesuffix(".weight") + ".weight_scale_inv") if name.endswith(".weight") else None
+        out[name] = t if scale is None else dequantize_blocks(t, scale, quant, dtype)
+    return out
 
 
 def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torch.Generator,

@@ -32,14 +32,15 @@ TINY_RECIPE = ("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16
                "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
 
 
-def compile_tiny(root: Path, *options: str) -> tuple[Path, Path]:
-    """Compile the tiny Llama recipe (4 SMs, bands 1 and 2, both modes) under ``root`` with extra
-    ``monobuild compile`` options; returns (recipe, package directory)."""
+def compile_tiny(root: Path, *options: str, config: str = "tiny-llama.json") -> tuple[Path, Path]:
+    """Compile the tiny Llama recipe (4 SMs, bands 1 and 2, both modes; its geometry from
+    ``config`` in tests/data) under ``root`` with extra ``monobuild compile`` options; returns
+    (recipe, package directory)."""
     from monobuild.cli.main import main
 
-    shutil.copy(DATA / "tiny-llama.json", root / "tiny-llama.json")
+    shutil.copy(DATA / config, root / config)
     recipe = root / "tiny.yaml"
-    recipe.write_text(TINY_RECIPE)
+    recipe.write_text(TINY_RECIPE.replace("tiny-llama.json", config))
     result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
                                        str(root / "cache"), "--jobs", "2", *options])
     assert result.exit_code == 0, result.output

@@ -107,13 +107,24 @@ def test_the_plan_reads_projections_in_fp8_with_their_scales(fp8_recipe, tiny_re
     assert sum(s.weight_bytes for s in bf16_layer.stages) - fp8_bytes == proj - 4 * scales
 
 
-def test_fp8_programs_stay_on_the_triton_executor():
-    """The shipped table streams Qwen3-8B's bf16 programs; the FP8 ones are the Triton executor's
-    until the streaming GEMV dequantizes."""
+def test_fp8_programs_stream_e4m3_units_of_the_bf16_entrys_bytes():
+    """The shipped table's Qwen3-8B entries (bf16 units of 256 columns, 32 KB) stream the FP8
+    1–8-row programs in units of the same bytes: 512 E4M3 columns, four whole scale blocks, so
+    attention's KV tiles (which share the ring) keep their 64 tokens. Every K split is whole
+    units; the band's Triton programs (staged, and the 1×6 band) keep one scale block a chunk."""
     fp8 = plan_recipe(load_recipe(RECIPES / "qwen3-8b-fp8-sm_90.yaml"))
     bf16 = plan_recipe(load_recipe(RECIPES / "qwen3-8b-sm_90.yaml"))
-    layer = lambda plan: next(p for p in plan.programs if p.kind == "layer" and p.mode == "persistent")  # noqa: E731
-    assert layer(bf16).executor == "gluon" and layer(fp8).executor == "triton"
+    for name in ("layer.r1t1.persistent", "layer.r8t1.persistent"):
+        ours, theirs = fp8.program(name), bf16.program(name)
+        assert ours.executor == theirs.executor == "gluon"
+        assert (ours.ring.weight, ours.ring.cols, ours.ring.unit_bytes) == ("fp8e4nv", 512, theirs.ring.unit_bytes)
+        kt = lambda p: next(op for op in p.ops if op.name == "attn").binding("KT")  # noqa: E731
+        assert kt(ours) == kt(theirs) == 64
+        for op in (op for op in ours.ops if op.body == "gemv_op"):
+            assert op.binding("BK") == 512 and op.binding("K") // op.binding("SPLIT") % 512 == 0, op.name
+    triton = [p for p in fp8.programs if p.kind == "layer" and p.executor == "triton"]
+    assert {p.band.name for p in triton if p.mode == "persistent"} == {"r1t6"}
+    assert {op.binding("BK") for p in triton for op in p.ops if op.body == "gemv_op"} == {128}
 
 
 def test_a_schedule_entry_for_fp8_weights_serves_only_them(fp8_recipe, tiny_recipe):

@@ -9,7 +9,6 @@ ten times that table's rounding, and far below any real mistake (a wrong RoPE va
 GQA mapping moves the logits by more than 1e-2).
 """
 
-import json
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,7 @@ import torch
 pytest.importorskip("transformers")
 
 from monobuild.bench.hf import batched_cache, fill_paged, hf_model, prefill  # noqa: E402
-from monobuild.compiler.geometry import geometry_from_config  # noqa: E402
+from monobuild.compiler.geometry import load_config  # noqa: E402
 from monobuild.runtime.kvcache import allocate_kv_cache  # noqa: E402
 from monobuild.runtime.reference import reference_step  # noqa: E402
 from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict  # noqa: E402
@@ -27,15 +26,16 @@ DATA = Path(__file__).parent / "data"
 BLOCK = 16
 
 
-@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json"])
+@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json",
+                                    "tiny-llama-fp8.json", "tiny-qwen3-fp8.json"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
-    g = geometry_from_config(json.loads(path.read_text()), str(path))
+    g, quant = load_config(path)
     gen = torch.Generator().manual_seed(len(config) + tokens)
-    sd = random_hf_state_dict(g, torch.float64, gen)
-    weights = pack_hf_state_dict(sd, g, torch.float64)
-    model = hf_model(path, sd, torch.float64, "cpu")
+    sd = random_hf_state_dict(g, torch.float64, gen, quant)
+    weights = pack_hf_state_dict(sd, g, torch.float64, quant=quant)
+    model = hf_model(path, sd, torch.float64, "cpu", quant)
 
     lengths = [37, 5, 130]
     rows = len(lengths)

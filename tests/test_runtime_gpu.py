@@ -2,7 +2,8 @@
 
 Marked ``gpu``; skipped without a CUDA device or without packages. Point
 ``MONOBUILD_TEST_PACKAGES`` at a directory holding ``llama-3.2-1b-sm_90/sm_90`` (compiled
-elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``).
+elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``); the FP8 tests
+also want ``qwen3-8b-fp8-sm_90/sm_90`` there and skip without it.
 
 Each step is checked against the float64 reference over the same weights and caches. The bound
 on its logits' error is stated relative to the framework's own bf16 error (the same reference
@@ -35,6 +36,7 @@ from monobuild.runtime.buffers import StepInputs  # noqa: E402
 from monobuild.runtime.reference import reference_step  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
+FP8 = Path(PACKAGES) / "qwen3-8b-fp8-sm_90" / "sm_90"
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +61,26 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
 @pytest.mark.parametrize("mode", ["persistent", "staged"])
 @pytest.mark.parametrize("rows,tokens", [(1, 1), (3, 1), (8, 1), (1, 6)])
 def test_step_matches_reference(llama, mode, rows, tokens):
-    pkg, weights = llama
+    _check_step_against_reference(*llama, mode, rows, tokens)
+
+
+@pytest.fixture(scope="module")
+def fp8():
+    if not (FP8 / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-8b-fp8-sm_90/sm_90")
+    pkg = runtime.load(FP8)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=2))
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("rows,tokens", [(1, 1), (3, 1), (8, 1), (1, 6)])
+def test_fp8_step_matches_reference(fp8, mode, rows, tokens):
+    """An FP8 checkpoint's step (E4M3 projections, 128×128 block scales) against the float64
+    reference over the same dequantized weights, under the same bound as bf16's."""
+    _check_step_against_reference(*fp8, mode, rows, tokens)
+
+
+def _check_step_against_reference(pkg, weights, mode: str, rows: int, tokens: int) -> None:
     seed = 100 * rows + tokens
     cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
     case = random_case(pkg, _contexts(rows, tokens, seed, dead=True), tokens, NUM_BLOCKS, seed)
@@ -90,13 +111,15 @@ def test_step_matches_reference(llama, mode, rows, tokens):
     err = torch.maximum((logits.double() - ref).abs().amax(-1), (bf16.double() - ref).abs().amax(-1))
     decided = margin > err
     assert torch.equal(ids.long()[decided], ref.argmax(-1)[decided])
-    # KV: the live rows' new slots match the reference's; no other slot changed (NaN poison included).
-    for got, want, old in zip(cache.k + cache.v, ref_k + ref_v, before):
+    # KV: the live rows' new slots match the reference's as closely as the bf16 framework's do (to
+    # 1.5× its error, plus one bf16 rounding of the stored value: where the framework's is exact,
+    # ours may round the other way); no other slot changed (NaN poison included).
+    for got, want, old, framework_kv in zip(cache.k + cache.v, ref_k + ref_v, before, bf_k + bf_v):
         written = (want.view(torch.int16) != old.view(torch.int16)).flatten(2).any(-1)  # [blocks, slots]
         assert int(written.sum()) == int(i.context_lens.gt(0).sum()) * tokens
         assert torch.equal(got[~written].view(torch.int16), old[~written].view(torch.int16)), \
             "the step wrote outside the live rows' new slots"
-        assert _rel(got[written], want[written]) < 1e-2
+        assert _rel(got[written], want[written]) <= 1.5 * _rel(framework_kv[written], want[written]) + 2**-8
 
 
 def test_staged_and_persistent_agree(llama):

@@ -64,6 +64,10 @@ def test_the_ring_takes_what_shared_memory_holds():
     assert ring(0, 4, 128, 1, other).slots == 12 and ring(3, 4, 128, 1, other).slots == 3
     assert ring(0, 4, 256, 8, other).slots == 5 and ring(0, 8, 512, 1, other).slots == 2  # never fewer than two
     assert tensordesc_type("bf16", 64, 128).startswith("tensordesc<bf16[64, 128],NVMMASharedLayout(swizzle_byte_width=128")
+    fp8 = ring(0, 4, 256, 1, other, "fp8e4nv")  # E4M3 units: half the bytes of bf16's, more of them
+    assert fp8.unit_bytes == 64 * 256 and fp8.slots > ring(0, 4, 256, 1, other).slots
+    assert tensordesc_type("fp8e4nv", 64, 128).startswith(
+        "tensordesc<fp8e4nv[64, 128],NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=8")
 
 
 def test_streaming_where_it_cannot_run_is_refused_with_the_reason(tiny_recipe, tmp_path):
@@ -97,6 +101,41 @@ def test_the_shipped_table_streams_the_layer_programs_it_was_measured_for(tiny_r
         gluon = {p.name for p in plan.programs if p.executor == "gluon"}
         assert gluon == {f"layer.r{r}t1.persistent" for r in (1, 2, 4, 8)}, name
     assert {p.executor for p in plan_recipe(load_recipe(tiny_recipe()), load_schedule("sm_90")).programs} == {"triton"}
+
+
+def _tiny_fp8(tmp_path):
+    """The tiny recipe over the tiny Llama's FP8 checkpoint (64 × 128 scale blocks)."""
+    from .conftest import DATA, TINY_RECIPE
+
+    (tmp_path / "tiny-llama-fp8.json").write_text((DATA / "tiny-llama-fp8.json").read_text())
+    path = tmp_path / "tiny-fp8.yaml"
+    path.write_text(TINY_RECIPE.replace("tiny-llama.json", "tiny-llama-fp8.json"))
+    return load_recipe(path)
+
+
+def test_fp8_weights_stream_as_e4m3_units_of_whole_scale_blocks(tmp_path):
+    """A streamed FP8 unit is whole 128-column scale blocks (the table's block_k 64 rounds up to
+    one) of E4M3; its 64 rows lie in one 64-row block. The staged programs keep their chunks, and
+    every K split is whole units of both."""
+    plan = plan_recipe(_tiny_fp8(tmp_path), read_schedule(streaming_table(tmp_path / "sm_90.yaml", block_k=64)))
+    layer = plan.program(LAYER)
+    assert layer.executor == "gluon" and (layer.ring.weight, layer.ring.cols) == ("fp8e4nv", 128)
+    descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
+    assert {w: descs[w] for w in ("w_qkv", "w_o", "w_gate_up", "w_down")} == \
+        {w: ("fp8e4nv", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+    assert {a.name for a in layer.args} >= {"w_qkv_scale", "w_o_scale", "w_gate_up_scale", "w_down_scale"}
+    for op in (op for op in layer.ops if op.body == "gemv_op"):
+        assert op.binding("BK") == 128 and op.binding("QUANT") and op.binding("K") // op.binding("SPLIT") % 128 == 0
+    staged = [op for p in plan.programs if p.kind == "layer" and p.mode == "staged" for op in p.ops]
+    assert {op.binding("BK") for op in staged if op.body == "gemv_op"} == {64}
+
+
+def test_fp8_tiles_taller_than_a_scale_block_keep_the_triton_executor(tmp_path):
+    """Eight compute warps stream 128-row tiles; the tiny checkpoint's scale blocks are 64 rows,
+    so a unit would need two scales a column block: its program stays the Triton executor's,
+    which scales each row."""
+    table = read_schedule(streaming_table(tmp_path / "sm_90.yaml", num_warps=8))
+    assert plan_recipe(_tiny_fp8(tmp_path), table).program(LAYER).executor == "triton"
 
 
 def test_a_streamed_kv_tile_too_small_for_the_warps_is_refused(tiny_recipe, tmp_path):
@@ -161,6 +200,21 @@ def test_a_streaming_package_whose_gemvs_norm_keeps_every_contract(tmp_path):
 
     package = compile_tiny(tmp_path, "--schedule", str(streaming_table(tmp_path / "sm_90.yaml", norm_stages=0)))[1]
     assert read_manifest(package).program(LAYER).executor == "gluon"
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+def test_a_streaming_fp8_package_keeps_every_contract(tmp_path):
+    """The tiny FP8 checkpoint's streaming programs: E4M3 descriptors (1-byte elements, 128-byte
+    rows, the 128 B swizzle) and every contract kept."""
+    from .conftest import compile_tiny
+
+    table = streaming_table(tmp_path / "sm_90.yaml")
+    package = compile_tiny(tmp_path, "--schedule", str(table), config="tiny-llama-fp8.json")[1]
+    layer = read_manifest(package).program(LAYER)
+    assert layer.executor == "gluon"
+    assert {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps if t.arg.startswith("w_")} == \
+        {w: ((64, 128), 3, 1) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 

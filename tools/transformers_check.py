@@ -1,7 +1,9 @@
 """Correctness on a GPU against transformers: a package's decode steps vs the HF model, step by step.
 
 For each model: a random-weight transformers model built from the recipe's config.json (nothing
-downloaded) in bf16, and the same weights in float32 as the reference. Each row's prompt is
+downloaded) in bf16, and the same weights in float32 as the reference. For an FP8 package the
+random weights are an FP8 checkpoint's (E4M3 and block scales): the package binds them as they
+are, both transformers models get them dequantized. Each row's prompt is
 prefilled by both; the bf16 model's cache is copied into the paged KV cache; then every step
 feeds all three the reference's greedy token (teacher forcing, so their logits stay comparable)
 and compares:
@@ -39,8 +41,9 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
     pkg = runtime.load(package_dir)
     sd = random_state_dict(pkg, seed)
     config_json = configs / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
-    bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device)
-    ref = hf_model(config_json, sd, torch.float32, pkg.device)
+    bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device, pkg.quant)
+    ref = hf_model(config_json, sd, torch.float32, pkg.device, pkg.quant)
+    bound = sd if pkg.quant else bf16.state_dict()  # an FP8 package binds the checkpoint's own tensors
     bs, vocab = pkg.block_size, pkg.geometry.vocab
     result = {"package": str(package_dir), "modes": list(pkg.modes), "runs": []}
     gen = torch.Generator().manual_seed(seed)
@@ -58,7 +61,7 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
             for mode in pkg.modes:
                 kv_by_mode[mode] = pkg.allocate_kv_cache(rows * pages)
                 fill_paged(kv_by_mode[mode], bf_caches, tables, bs)
-                steps_by_mode[mode] = pkg.bind(bf16.state_dict(), kv_by_mode[mode], mode)
+                steps_by_mode[mode] = pkg.bind(bound, kv_by_mode[mode], mode)
             bf_cache, bf_mask = batched_cache(bf_caches, lengths)
             ref_cache, ref_mask = batched_cache(ref_caches, lengths)
             del bf_caches, ref_caches

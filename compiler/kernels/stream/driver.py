@@ -1,7 +1,8 @@
 """The streaming executor's driver: writes a persistent program's Gluon kernel from its op list.
 
-The kernel allocates the ring (``slots`` units of [rows, cols] elements — a GEMV's weight chunk or
-one of attention's KV tiles — each with a ``ready`` and an ``empty`` mbarrier) and the activation
+The kernel allocates the ring (``slots`` units of [rows, cols] weight elements — a GEMV's weight
+chunk or, the same bytes seen as bf16, one of attention's KV tiles — each with a ``ready`` and an
+``empty`` mbarrier) and the activation
 chunks' ring, then forks:
 
 - the **loader** (one warp, few registers) walks the units of every streamed op in program order
@@ -45,6 +46,8 @@ class Streamed:
     prefetch: str | None = None  # what the compute warps load before the op's wait, if anything
 
 
+#: A ring unit's element type: the projections' dtype (attention's KV tiles reinterpret the bytes).
+GL_DTYPES = {"bf16": "gl.bfloat16", "fp8e4nv": "gl.float8e4nv"}
 #: Triton-executor body → the streaming executor's functions for it.
 STREAMED = {"gemv_op": Streamed("stream_gemv", "load_weights"),
             "attention_op": Streamed("stream_attention", "load_kv", "stream_attention_prefetch")}
@@ -96,7 +99,7 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
     compute_args = tuple(a.name for a in spec.args if a.name not in descs)
     kernel = ["", "", "@gluon.jit", f"def {spec.symbol}({', '.join(a.name for a in spec.args)}):",
               "    pid = gl.program_id(0)",
-              f"    ring = gl.allocate_shared_memory(gl.bfloat16, [{ring.slots}, {ring.rows}, {ring.cols}], "
+              f"    ring = gl.allocate_shared_memory({GL_DTYPES[ring.weight]}, [{ring.slots}, {ring.rows}, {ring.cols}], "
               f"{weights[0]}.layout)",
               f"    ready = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",
               f"    empty = gl.allocate_shared_memory(gl.int64, [{ring.slots}, 1], mbarrier.MBarrierLayout())",

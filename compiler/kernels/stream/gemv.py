@@ -19,6 +19,14 @@ slot is handed back through ``empty[slot]`` once read. The product is the tensor
 activation chunks x[:, k0:k0 + BK] come from global memory (written by other CTAs, so loaded
 after the op's wait, through L2 only: ``cp.async.cg``) into a small ring of their own, XD − 1
 chunks ahead of the product, so a chunk's L2 round trip is paid once per op, not once per chunk.
+
+A block-scaled FP8 weight (QUANT) streams as E4M3 units whose BK columns are whole QBK-column
+scale blocks, and BN rows lie inside one QBN-row block: each (unit, scale block) has one fp32
+scale. The unit's columns of each block are widened to bf16 (exact: bf16 holds every E4M3
+value), multiplied into a product of their own, and the product scaled into the accumulator,
+so the dequantization is one multiply per output element and scale block, and the weight bytes
+that move are half of bf16's. The unit's scales are loaded before its ready wait, so their
+latency hides under the unit's own.
 """
 
 from triton.experimental import gluon
@@ -26,7 +34,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from .layouts import cols_layout, mma_rows, operand, rows_layout
+from .layouts import cols_layout, mma_rows, operand, rows_layout, vector_layout
 from .rowwise import norm_weights, normed_row
 
 
@@ -87,6 +95,42 @@ def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
 
 
 @gluon.jit
+def _unit_scales(it, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                 CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr,
+                 row_offset: gl.constexpr, layout: gl.constexpr):
+    """The scales of iteration ``it``'s unit ([BK // QBK], one a scale block; 0 past K): its
+    task's row block (``row_offset`` rows down, for the up half of a gated weight) and its
+    chunk's column blocks."""
+    task = pid + (it // CHUNKS) * G
+    k0 = (task // TILES) * KS + (it % CHUNKS) * BK
+    row_block = ((task % TILES) * BN + row_offset) // QBN
+    c = gl.arange(0, BK // QBK, layout=layout)
+    k = k0 + c * QBK
+    return gl.load(scale_ptr + row_block * ((K + QBK - 1) // QBK) + k // QBK, mask=k < K, other=0.0)
+
+
+@gluon.jit
+def _consume_scaled(i, ring, ready, empty, xslot, scales, acc, QBK: gl.constexpr, acc_layout: gl.constexpr,
+                    s_layout: gl.constexpr):
+    """acc += Σ over the unit's scale blocks of scale · (the block's E4M3 columns widened to bf16
+    · x's matching columns), then hand the unit's slot back to the loader."""
+    SLOTS: gl.constexpr = ring.shape[0]
+    BK: gl.constexpr = ring.shape[2]
+    slot = i % SLOTS
+    mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
+    unit = ring.index(slot)
+    for c in gl.static_range(BK // QBK):
+        w = unit.slice(c * QBK, QBK, 1).load(operand(0, acc_layout)).to(gl.bfloat16)
+        xb = xslot.slice(c * QBK, QBK, 1).permute([1, 0]).load(operand(1, acc_layout))
+        part = mma_v2(w, xb, gl.zeros(acc.shape, gl.float32, acc_layout))
+        s = gl.sum(gl.where(gl.arange(0, BK // QBK, layout=s_layout) == c, scales, 0.0), 0)
+        acc += part * s
+    fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
+    mbarrier.arrive(empty.index(slot))
+    return i + 1, acc
+
+
+@gluon.jit
 def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr,
                 M: gl.constexpr, TILES: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr,
                 HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, layout: gl.constexpr):
@@ -126,11 +170,12 @@ def _stage_input(pid, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, M: gl.c
 
 
 @gluon.jit
-def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, out_ptr,
-                bias_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr, K_P: gl.constexpr,
-                M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr,
-                EPS: gl.constexpr, NORM: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr,
-                GATED: gl.constexpr):
+def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, w_scale_ptr,
+                QUANT: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr, out_ptr, bias_ptr, residual_ptr,
+                RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr, K_P: gl.constexpr, M: gl.constexpr,
+                BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, EPS: gl.constexpr,
+                NORM: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr,
+                INTER: gl.constexpr):
     """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
     in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
     if NORM or X_PARTS > 1:
@@ -144,6 +189,7 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     acc_layout: gl.constexpr = mma_rows(WARPS)
     a_layout: gl.constexpr = operand(0, acc_layout)
     b_layout: gl.constexpr = operand(1, acc_layout)
+    s_layout: gl.constexpr = vector_layout(WARPS)
     x_layout: gl.constexpr = rows_layout(NP, BK, WARPS)
     out_layout: gl.constexpr = cols_layout(BN, NP, WARPS, 4)
     xr = gl.arange(0, NP, layout=gl.SliceLayout(1, x_layout))
@@ -157,14 +203,27 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     for it in range(total):
         async_copy.wait_group(XD - 2)  # this thread's copy of chunk `it` has landed ...
         gl.thread_barrier()  # ... and every thread's; every thread is past iteration it - 1
-        xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
+        if QUANT:
+            scales = _unit_scales(it, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0, s_layout)
+            if GATED:
+                scales_up = _unit_scales(it, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, INTER,
+                                         s_layout)
+        else:
+            xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
         # the slot refilled now is iteration it - 1's, which every thread has read
         _copy_x(xring.index((it + XD - 1) % XD), x_ptr, it + XD - 1, total, pid, xr, xk, M, K, KS, BK, CHUNKS, TILES,
                 G)
         async_copy.commit_group()
-        i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
-        if GATED:
-            i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
+        if QUANT:
+            i, acc = _consume_scaled(i, ring, ready, empty, xring.index(it % XD), scales, acc, QBK, acc_layout,
+                                     s_layout)
+            if GATED:
+                i, acc_up = _consume_scaled(i, ring, ready, empty, xring.index(it % XD), scales_up, acc_up, QBK,
+                                            acc_layout, s_layout)
+        else:
+            i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
+            if GATED:
+                i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
         if it % CHUNKS == CHUNKS - 1:
             _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, TILES,
                         BN, HAS_BIAS, HAS_RESIDUAL, GATED, out_layout)
