@@ -228,11 +228,16 @@ class Planner:
         if quant is None:
             return bk
         bk = -(-bk // quant.block_cols) * quant.block_cols
-        least = max(16 * entry.num_warps, d.kv_cache.block_size)
+        least = self._least_kv_tile(entry)
         unit = lambda cols: executor.ring(1, entry.num_warps, cols, 1, 0, d.dtypes.projection)  # noqa: E731
         while bk < widest and executor.kv_tile_tokens(unit(bk), g.head_dim, d.kv_cache.block_size) < least:
             bk *= 2
         return bk
+
+    def _least_kv_tile(self, entry: ScheduleEntry) -> int:
+        """The fewest tokens a streamed KV tile may hold: a page, and a product's 16 tokens a
+        compute warp."""
+        return max(16 * entry.num_warps, self.recipe.deployment.kv_cache.block_size)
 
     def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         d, g = self.recipe.deployment, self.recipe.geometry
@@ -294,7 +299,7 @@ class Planner:
         rings = executor.ring(entry.stream_slots, entry.num_warps, self._stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
         kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)
-        least = max(16 * entry.num_warps, d.kv_cache.block_size)  # a product's 16 tokens a compute warp
+        least = self._least_kv_tile(entry)
         if kv_tile < least or kv_tile & (kv_tile - 1):
             raise InputError(self.schedule.source, "block_k",
                              f"a streamed KV tile is whole pages of K and V in one ring unit, a power of two of at "

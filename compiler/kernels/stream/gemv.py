@@ -114,8 +114,8 @@ def _widen_e4m3(w):
     """E4M3 to bf16, exactly, four values (one 32-bit word) at a time: each byte's sign to bit 15
     and its exponent and mantissa bits to [10:4] of a bf16 word, which is then the value times
     2⁻¹²⁰ (subnormals included: E4M3's exponent bias is 7, bf16's 127), and one bf16x2 multiply
-    by 2¹²⁰ a pair. Five instructions a pair where the compiler's widening goes through f16 and a
-    conversion a value. (E4M3's NaN is not kept: a checkpoint holds none.)"""
+    by 2¹²⁰ a pair: six PTX operations a pair, where the compiler's widening goes through f16 with
+    a conversion a value. (E4M3's NaN is not kept: a checkpoint holds none.)"""
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 t, s, u, z, k;
