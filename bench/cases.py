@@ -14,7 +14,7 @@ import torch
 
 from ..runtime.buffers import StepInputs
 from ..runtime.kvcache import KVCache
-from ..runtime.weights import random_hf_state_dict
+from .checkpoints import random_hf_state_dict
 
 
 @dataclass(frozen=True)

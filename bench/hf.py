@@ -14,8 +14,8 @@ from pathlib import Path
 import torch
 
 from ..runtime.kvcache import KVCache
-from ..runtime.weights import dequantized_state_dict
 from ..schema import WeightQuant
+from .checkpoints import dequantized_state_dict
 
 
 def hf_model(config_json: Path, state_dict: dict, dtype: torch.dtype, device, quant: WeightQuant | None = None):

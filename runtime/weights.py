@@ -129,85 +129,8 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
     return PackedWeights(embed, tuple(layers), _take(sd, "model.norm.weight", (h,), dtype, device), head)
 
 
-FP8_MAX = 448.0  # the largest finite E4M3 value
-
-
-def quantize_fp8_blocks(w: torch.Tensor, quant: WeightQuant) -> tuple[torch.Tensor, torch.Tensor]:
-    """``w`` as an FP8 checkpoint stores it: E4M3 values and one fp32 ``weight_scale_inv`` per
-    block (the block's largest magnitude maps to 448), so that ``values · scale`` is ``w``."""
-    rows, cols = w.shape
-    srows, scols = quant.scale_shape(rows, cols)
-    br, bc = quant.block_rows, quant.block_cols
-    padded = torch.zeros(srows * br, scols * bc, dtype=torch.float32, device=w.device)
-    padded[:rows, :cols] = w.float()
-    blocks = padded.view(srows, br, scols, bc)
-    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
-    values = (blocks / scale[:, None, :, None]).view(srows * br, scols * bc)[:rows, :cols]
-    return values.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
-
-
 def dequantize_blocks(values: torch.Tensor, scale: torch.Tensor, quant: WeightQuant, dtype: torch.dtype) -> torch.Tensor:
     """An FP8 projection in ``dtype``: each block of E4M3 ``values`` times its ``weight_scale_inv``."""
     rows, cols = values.shape
     full = scale.to(dtype).repeat_interleave(quant.block_rows, 0)[:rows]
     return values.to(dtype) * full.repeat_interleave(quant.block_cols, 1)[:, :cols]
-
-
-def dequantized_state_dict(sd: Mapping, quant: WeightQuant, dtype: torch.dtype) -> dict:
-    """An FP8 checkpoint's HF state_dict as an unquantized one: every ``weight`` with a
-    ``weight_scale_inv`` beside it dequantized into ``dtype``, the scales dropped, the rest as is.
-
-    What a framework without FP8 kernels computes with (the outside reference of an FP8 package)."""
-    out = {}
-    for name, t in sd.items():
-        if name.endswith(".weight_scale_inv"):
-            continue
-        scale = sd.get(name.removesuffix(".weight") + ".weight_scale_inv") if name.endswith(".weight") else None
-        out[name] = t if scale is None else dequantize_blocks(t, scale, quant, dtype)
-    return out
-
-
-def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torch.Generator,
-                         quant: WeightQuant | None = None) -> dict:
-    """Random weights under HF names, scaled like a trained model's (unit-RMS activations); with
-    ``quant``, the projections quantized as an FP8 checkpoint stores them.
-
-    Drawn on the generator's device (a CUDA generator draws a large model in seconds).
-    """
-    g = geometry
-    dev = generator.device
-    h, d, inter = g.hidden, g.head_dim, g.intermediate
-
-    def mat(rows, cols):
-        return (torch.randn(rows, cols, generator=generator, dtype=torch.float32, device=dev) / cols**0.5).to(dtype)
-
-    def vec(n, base=1.0, spread=0.1):
-        return (base + spread * torch.randn(n, generator=generator, dtype=torch.float32, device=dev)).to(dtype)
-
-    sd = {"model.embed_tokens.weight": torch.randn(g.vocab, h, generator=generator, device=dev).to(dtype),
-          "model.norm.weight": vec(h)}
-    if not g.tied_head:
-        sd["lm_head.weight"] = mat(g.vocab, h)
-    for i in range(g.layers):
-        p = f"model.layers.{i}."
-        sd |= {
-            p + "input_layernorm.weight": vec(h), p + "post_attention_layernorm.weight": vec(h),
-            p + "self_attn.q_proj.weight": mat(g.q_heads * d, h),
-            p + "self_attn.k_proj.weight": mat(g.kv_heads * d, h),
-            p + "self_attn.v_proj.weight": mat(g.kv_heads * d, h),
-            p + "self_attn.o_proj.weight": mat(h, g.q_heads * d),
-            p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
-            p + "mlp.down_proj.weight": mat(h, inter),
-        }
-        if g.qkv_bias:
-            for name, n in (("q", g.q_heads * d), ("k", g.kv_heads * d), ("v", g.kv_heads * d)):
-                sd[p + f"self_attn.{name}_proj.bias"] = vec(n, 0.0, 0.5)
-        if g.qk_norm:
-            sd[p + "self_attn.q_norm.weight"] = vec(d)
-            sd[p + "self_attn.k_norm.weight"] = vec(d)
-        if quant is not None:
-            for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
-                         "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
-                sd[p + name + ".weight"], sd[p + name + ".weight_scale_inv"] = \
-                    quantize_fp8_blocks(sd[p + name + ".weight"], quant)
-    return sd

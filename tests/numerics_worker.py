@@ -14,13 +14,14 @@ import torch
 import yaml
 
 from monobuild.bench.cases import poison_past_context
+from monobuild.bench.checkpoints import random_hf_state_dict
+from monobuild.bench.reference import reference_step
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.runtime.buffers import StepInputs
-from monobuild.runtime.reference import reference_step
-from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
+from monobuild.runtime.weights import pack_hf_state_dict
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 

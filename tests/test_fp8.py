@@ -9,13 +9,14 @@ import pytest
 import torch
 import yaml
 
+from monobuild.bench.checkpoints import quantize_fp8_blocks, random_hf_state_dict
 from monobuild.compiler.errors import InputError
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.manifest import MANIFEST_FORMAT
 from monobuild.runtime.checkpoint import SafetensorsCheckpoint
-from monobuild.runtime.weights import WeightError, pack_hf_state_dict, quantize_fp8_blocks, random_hf_state_dict
+from monobuild.runtime.weights import WeightError, pack_hf_state_dict
 from monobuild.schema import PackageDeployment, WeightQuant
 
 from .conftest import DATA, RECIPES

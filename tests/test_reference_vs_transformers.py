@@ -16,11 +16,12 @@ import torch
 
 pytest.importorskip("transformers")
 
+from monobuild.bench.checkpoints import random_hf_state_dict  # noqa: E402
 from monobuild.bench.hf import batched_cache, fill_paged, hf_model, prefill  # noqa: E402
+from monobuild.bench.reference import reference_step  # noqa: E402
 from monobuild.compiler.geometry import load_config  # noqa: E402
 from monobuild.runtime.kvcache import allocate_kv_cache  # noqa: E402
-from monobuild.runtime.reference import reference_step  # noqa: E402
-from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict  # noqa: E402
+from monobuild.runtime.weights import pack_hf_state_dict  # noqa: E402
 
 DATA = Path(__file__).parent / "data"
 BLOCK = 16

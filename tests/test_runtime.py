@@ -12,6 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from monobuild.bench.checkpoints import random_hf_state_dict
 from monobuild.bench.roofline import step_bytes
 from monobuild.cli.main import main
 from monobuild.compiler.plan import plan_recipe
@@ -29,7 +30,7 @@ from monobuild.runtime import (
 from monobuild.runtime.kvcache import KVCache, allocate_kv_cache, as_kv_cache
 from monobuild.runtime.package import DeviceInfo, Package, check_device
 from monobuild.runtime.params import ParamBlock
-from monobuild.runtime.weights import pack_hf_state_dict, random_hf_state_dict
+from monobuild.runtime.weights import pack_hf_state_dict
 
 
 @pytest.fixture(scope="module")

@@ -32,8 +32,8 @@ if not PACKAGES or not (Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90" / "manif
 
 from monobuild import runtime  # noqa: E402
 from monobuild.bench.cases import poison_past_context, random_case, random_kv_cache, random_state_dict  # noqa: E402
+from monobuild.bench.reference import reference_step  # noqa: E402
 from monobuild.runtime.buffers import StepInputs  # noqa: E402
-from monobuild.runtime.reference import reference_step  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
 FP8 = Path(PACKAGES) / "qwen3-8b-fp8-sm_90" / "sm_90"

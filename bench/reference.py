@@ -1,4 +1,5 @@
-"""A plain PyTorch decode step over the packed weights and the paged KV cache: the reference.
+"""A plain PyTorch decode step over the packed weights and the paged KV cache: the reference the
+programs are tested against (not runtime API).
 
 It computes in ``compute_dtype`` (float64 by default) from the same weights the programs read
 (an FP8 checkpoint's projections dequantized blockwise),
@@ -11,9 +12,9 @@ from __future__ import annotations
 
 import torch
 
+from ..runtime.rope import angles
+from ..runtime.weights import PackedWeights
 from ..schema import Geometry
-from .rope import angles
-from .weights import PackedWeights
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
