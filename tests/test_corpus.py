@@ -38,3 +38,26 @@ def test_each_published_config_plans(config, tmp_path):
         if p.kind == "layer" and p.mode == "persistent":
             weights = sum(s.weight_bytes for s in p.stages)
             assert weights == g.layer_weight_elems * 2, p.name  # every weight of a layer, read once
+
+
+def test_todays_sample_compiles_and_checks_on_every_target():
+    """CI's rotating sample (tools/corpus.py --sample, one config of the corpus a day): compiled
+    for sm_90, gfx942 and gfx950 through the CLI, and every contract holds; a config whose
+    feature is not served yet is refused with that reason instead."""
+    import datetime
+    import subprocess
+    import sys
+
+    from .conftest import REPO
+
+    sys.path.insert(0, str(REPO / "tools"))
+    import corpus
+
+    model = corpus.sample_of_the_day(sorted(c.stem for c in CONFIGS), datetime.date.today())
+    done = subprocess.run([sys.executable, str(REPO / "tools" / "corpus.py"), "--models", model], capture_output=True,
+                          text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [line.split(" | ") for line in done.stdout.splitlines() if line.startswith(f"| {model} |")]
+    assert sorted(r[1] for r in rows) == ["gfx942", "gfx950", "sm_90"], done.stdout
+    want = "refused" if model in NOT_YET else "holds"
+    assert all(r[3] == want for r in rows), done.stdout
