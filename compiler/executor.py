@@ -60,9 +60,17 @@ class Ring:
         return self.rows * self.cols * DTYPE_BYTES[self.weight]
 
     @property
+    def x_slots(self) -> int:
+        """The activation ring's slots: its chunks, and for E4M3 units one more, the chunk being
+        multiplied as the f16 the FP8 product takes (E4M3 widens to f16 in one instruction a pair;
+        to bf16 it takes five)."""
+        return self.x_depth + (self.weight == "fp8e4nv")
+
+    @property
     def shared_bytes(self) -> int:
-        """The rings' shared memory, the weight ring's barriers included (activation chunks are bf16)."""
-        return self.slots * self.unit_bytes + self.x_depth * self.x_rows * self.cols * 2 + self.slots * 16
+        """The rings' shared memory, the weight ring's barriers included (activation chunks are
+        16-bit)."""
+        return self.slots * self.unit_bytes + self.x_slots * self.x_rows * self.cols * 2 + self.slots * 16
 
 
 def stream_rows(num_warps: int) -> int:

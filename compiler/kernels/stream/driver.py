@@ -106,7 +106,7 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
               f"    for s in gl.static_range({ring.slots}):",
               "        mbarrier.init(ready.index(s), count=1)",
               "        mbarrier.init(empty.index(s), count=1)",
-              f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_depth}, {ring.x_rows}, {ring.cols}], "
+              f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_slots}, {ring.x_rows}, {ring.cols}], "
               f"tile_smem({ring.x_rows}, {ring.cols}))",
               f"    gl.warp_specialize([(_compute, ({', '.join(COMPUTE_RINGS + compute_args)})),",
               f"                        (_loader, ({', '.join(LOADER_RINGS + loader_args)}))], [1], [{ring.loader_regs}])"]

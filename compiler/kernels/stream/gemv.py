@@ -22,11 +22,15 @@ chunks ahead of the product, so a chunk's L2 round trip is paid once per op, not
 
 A block-scaled FP8 weight (QUANT) streams as E4M3 units whose BK columns are whole QBK-column
 scale blocks, and BN rows lie inside one QBN-row block: each (unit, scale block) has one fp32
-scale. The unit's columns of each block are widened to bf16 (exact: bf16 holds every E4M3
-value), multiplied into a product of their own, and the product scaled into the accumulator,
-so the dequantization is one multiply per output element and scale block, and the weight bytes
-that move are half of bf16's. The unit's scales are loaded before its ready wait, so their
-latency hides under the unit's own.
+scale. The product is f16 × f16: sm_90 widens two E4M3 values to f16 in one instruction
+(``cvt.rn.f16x2.e4m3x2``; to bf16 it takes five), exactly, since f16 holds every E4M3 value.
+The activation chunk is widened once a CTA for all its units: after it lands, the threads write
+it as f16 times 2⁻⁸ into the activation ring's last slot (exact for |x| in [2⁻⁶, 2²⁴), and below
+2⁻⁶ off by at most 2⁻¹⁷, half the bf16 rounding that value already carries), and the 2⁸ goes
+back in with the scale. Each scale block's columns are multiplied into a product of their own
+and the product scaled into the accumulator, so the dequantization is one multiply per output
+element and scale block, and the weight bytes that move are half of bf16's. A unit's scales
+are loaded an iteration ahead, so their latency hides under the previous unit's product.
 """
 
 from triton.experimental import gluon
@@ -95,61 +99,46 @@ def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
 
 
 @gluon.jit
-def _unit_scales(it, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+def _unit_scales(it, total, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                  CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr,
                  row_offset: gl.constexpr, layout: gl.constexpr):
-    """The scales of iteration ``it``'s unit ([BK // QBK], one a scale block; 0 past K): its
-    task's row block (``row_offset`` rows down, for the up half of a gated weight) and its
-    chunk's column blocks."""
+    """The scales of iteration ``it``'s unit ([BK // QBK], one a scale block; 0 past K or past the
+    ``total`` iterations), times 2⁸ for the f16 activations' 2⁻⁸: its task's row block
+    (``row_offset`` rows down, for the up half of a gated weight) and its chunk's column blocks."""
     task = pid + (it // CHUNKS) * G
     k0 = (task // TILES) * KS + (it % CHUNKS) * BK
     row_block = ((task % TILES) * BN + row_offset) // QBN
     c = gl.arange(0, BK // QBK, layout=layout)
     k = k0 + c * QBK
-    return gl.load(scale_ptr + row_block * ((K + QBK - 1) // QBK) + k // QBK, mask=k < K, other=0.0)
+    return gl.load(scale_ptr + row_block * ((K + QBK - 1) // QBK) + k // QBK, mask=(k < K) & (it < total),
+                   other=0.0) / X_SCALE
+
+
+X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 2⁻⁸ (module docstring)
 
 
 @gluon.jit
-def _widen_e4m3(w):
-    """E4M3 to bf16, exactly, four values (one 32-bit word) at a time: each byte's sign to bit 15
-    and its exponent and mantissa bits to [10:4] of a bf16 word, which is then the value times
-    2⁻¹²⁰ (subnormals included: E4M3's exponent bias is 7, bf16's 127), and one bf16x2 multiply
-    by 2¹²⁰ a pair: six PTX operations a pair, where the compiler's widening goes through f16 with
-    a conversion a value. (E4M3's NaN is not kept: a checkpoint holds none.)"""
-    return gl.inline_asm_elementwise(
-        asm="""{
-        .reg .b32 t, s, u, z, k;
-        mov.b32 z, 0;
-        mov.b32 k, 0x7B807B80;
-        prmt.b32 t, $2, z, 0x1404;
-        and.b32 s, t, 0x80008000;
-        shr.b32 u, t, 4;
-        and.b32 u, u, 0x07F007F0;
-        or.b32 t, s, u;
-        mul.rn.bf16x2 $0, t, k;
-        prmt.b32 t, $2, z, 0x3424;
-        and.b32 s, t, 0x80008000;
-        shr.b32 u, t, 4;
-        and.b32 u, u, 0x07F007F0;
-        or.b32 t, s, u;
-        mul.rn.bf16x2 $1, t, k;
-        }""",
-        constraints="=r,=r,r", args=[w.to(gl.uint8, bitcast=True)], dtype=gl.bfloat16, is_pure=True, pack=4)
+def _widen_x(chunk, wide, layout: gl.constexpr):
+    """The landed bf16 activation chunk into ``wide`` as the f16 the FP8 product takes: x · 2⁻⁸."""
+    x = chunk.load(layout).to(gl.float32) * X_SCALE
+    wide._reinterpret(gl.float16, wide.shape, wide.layout).store(x.to(gl.float16))
 
 
 @gluon.jit
 def _consume_scaled(i, ring, ready, empty, xslot, scales, acc, QBK: gl.constexpr, acc_layout: gl.constexpr,
                     s_layout: gl.constexpr):
-    """acc += Σ over the unit's scale blocks of scale · (the block's E4M3 columns widened to bf16
-    · x's matching columns), then hand the unit's slot back to the loader."""
+    """acc += Σ over the unit's scale blocks of scale · (the block's E4M3 columns widened to f16
+    · the f16 activation chunk ``xslot``'s matching columns), then hand the unit's slot back to
+    the loader."""
     SLOTS: gl.constexpr = ring.shape[0]
     BK: gl.constexpr = ring.shape[2]
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     unit = ring.index(slot)
+    x16 = xslot._reinterpret(gl.float16, xslot.shape, xslot.layout)
     for c in gl.static_range(BK // QBK):
-        w = _widen_e4m3(unit.slice(c * QBK, QBK, 1).load(operand(0, acc_layout, 4)))
-        xb = xslot.slice(c * QBK, QBK, 1).permute([1, 0]).load(operand(1, acc_layout, 4))
+        w = unit.slice(c * QBK, QBK, 1).load(operand(0, acc_layout, 4)).to(gl.float16)
+        xb = x16.slice(c * QBK, QBK, 1).permute([1, 0]).load(operand(1, acc_layout, 4))
         part = mma_v2(w, xb, gl.zeros(acc.shape, gl.float32, acc_layout))
         s = gl.sum(gl.where(gl.arange(0, BK // QBK, layout=s_layout) == c, scales, 0.0), 0)
         acc += part * s
@@ -209,7 +198,7 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     if NORM or X_PARTS > 1:
         x_ptr = _stage_input(pid, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, M, K, K_P, EPS, NORM)
     WARPS: gl.constexpr = gl.num_warps()
-    XD: gl.constexpr = xring.shape[0]
+    XD: gl.constexpr = xring.shape[0] - 1 if QUANT else xring.shape[0]  # QUANT: the last slot is the f16 chunk
     NP: gl.constexpr = xring.shape[1]
     TILES: gl.constexpr = (N + BN - 1) // BN
     KS: gl.constexpr = K // SPLIT
@@ -228,14 +217,22 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
         async_copy.commit_group()
     acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
+    if QUANT:  # a unit's scales are loaded an iteration ahead: their L2 round trip hides under a unit's product
+        scales = _unit_scales(0, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0, s_layout)
+        if GATED:
+            scales_up = _unit_scales(0, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, INTER,
+                                     s_layout)
     for it in range(total):
         async_copy.wait_group(XD - 2)  # this thread's copy of chunk `it` has landed ...
         gl.thread_barrier()  # ... and every thread's; every thread is past iteration it - 1
         if QUANT:
-            scales = _unit_scales(it, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0, s_layout)
+            _widen_x(xring.index(it % XD), xring.index(XD), x_layout)
+            gl.thread_barrier()
+            next_scales = _unit_scales(it + 1, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0,
+                                       s_layout)
             if GATED:
-                scales_up = _unit_scales(it, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, INTER,
-                                         s_layout)
+                next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN,
+                                              QBK, INTER, s_layout)
         else:
             xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
         # the slot refilled now is iteration it - 1's, which every thread has read
@@ -243,11 +240,13 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
                 G)
         async_copy.commit_group()
         if QUANT:
-            i, acc = _consume_scaled(i, ring, ready, empty, xring.index(it % XD), scales, acc, QBK, acc_layout,
+            i, acc = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales, acc, QBK, acc_layout,
                                      s_layout)
             if GATED:
-                i, acc_up = _consume_scaled(i, ring, ready, empty, xring.index(it % XD), scales_up, acc_up, QBK,
+                i, acc_up = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales_up, acc_up, QBK,
                                             acc_layout, s_layout)
+                scales_up = next_scales_up
+            scales = next_scales
         else:
             i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
             if GATED:
