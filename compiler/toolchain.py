@@ -9,9 +9,11 @@ package is byte-identical wherever it is built.
 from __future__ import annotations
 
 import hashlib
+import subprocess
 import tempfile
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..schema import TensorMap
 from .emit import Program
@@ -20,6 +22,10 @@ from .resources import Resources, amd_resources, nvidia_resources
 from .targets import Target
 
 IR_TEXTS = {"cuda": ("llir", "ptx"), "hip": ("llir", "amdgcn")}
+ASSEMBLY = {"cuda": "ptx", "hip": "amdgcn"}  # the IR text a target's code object is assembled from
+# The flags Triton 3.6's last step gives ptxas with line info off (and its defaults: fp fusion on,
+# no extra options), so that ``assemble`` makes the very cubin ``compile_program`` shipped.
+PTXAS_FLAGS = ("-lineinfo", "-suppress-debug-info", "-v")
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,44 @@ def compile_program(program: Program, target: Target) -> CodeObject:
         resources=res, fingerprint=hashlib.sha256(llir.encode()).hexdigest(),
         tensor_maps=_tensor_maps(program, getattr(md, "tensordesc_meta", None)),
     )
+
+
+def assemble(text: str, target: Target) -> bytes:
+    """The code object that Triton's last step makes from ``text`` (PTX for sm_90, AMDGCN for
+    gfx9), with the same assembler and options: a pure function of the text, so ``check``, having
+    checked the IR, proves the shipped binary is that IR by assembling it again."""
+    with tempfile.TemporaryDirectory(prefix="monobuild-assemble-") as tmp:
+        src, out = Path(tmp) / "kernel.s", Path(tmp) / "kernel.o"
+        if target.is_nvidia:
+            from triton.backends.nvidia.compiler import get_ptxas, sm_arch_from_capability
+
+            src.write_text(text)
+            done = subprocess.run([get_ptxas(target.arch).path, *PTXAS_FLAGS,
+                                   f"--gpu-name={sm_arch_from_capability(target.arch)}", str(src), "-o", str(out)],
+                                  capture_output=True, text=True)
+            if done.returncode:
+                lines = done.stderr.replace(str(src), "the PTX").strip().splitlines()
+                raise CompileError(f"ptxas failed: {lines[0] if lines else done.returncode}")
+        else:
+            from triton._C.libtriton import amd, llvm
+
+            llvm.init_targets()
+
+            try:
+                src.write_bytes(amd.assemble_amdgcn(text, target.arch, ""))
+                amd.link_hsaco(str(src), str(out))
+            except Exception as e:  # noqa: BLE001 (the assembler's errors have no type of their own)
+                raise CompileError(f"the AMDGCN does not assemble: {_reason(e)}") from e
+        return out.read_bytes()
+
+
+def amdgcn_from_llir(llir: str, target: Target) -> str:
+    """The AMDGCN that Triton's gfx9 backend translates a program's LLVM IR to (its triple, the
+    target's features, fp fusion on): the step between the IR ``check`` reads and the code object."""
+    from triton._C.libtriton import amd, llvm
+
+    llvm.init_targets()
+    return llvm.translate_to_asm(llir, amd.TARGET_TRIPLE, target.arch, "", [], True, False)
 
 
 def _tensor_maps(program: Program, meta) -> tuple[TensorMap, ...]:

@@ -47,3 +47,46 @@ def compile_tiny(root: Path, *options: str, config: str = "tiny-llama.json") -> 
     target = options[options.index("--target") + 1] if "--target" in options else "sm_90"
     name = "tiny" + ("-debug" if "--debug-wait-spins" in options else "") + ("-clock" if "--stage-clock" in options else "")
     return recipe, root / "out" / name / target
+
+
+def write_code(pkg: Path, program: str, binary: bytes) -> None:
+    """``binary`` as ``program``'s code object in the package at ``pkg``, the manifest's sha256 made
+    to match (what whoever can write the binary can also do)."""
+    import hashlib
+    import json
+
+    doc = json.loads((pkg / "manifest.json").read_text())
+    spec = next(p for p in doc["programs"] if p["name"] == program)
+    (pkg / spec["code"]).write_bytes(binary)
+    spec["code_sha256"] = hashlib.sha256(binary).hexdigest()
+    (pkg / "manifest.json").write_text(json.dumps(doc))
+
+
+def built_from(pkg: Path, program: str, ir_text: str) -> bytes:
+    """The code object that a program's IR builds to, as the compiler's last steps build it
+    (sm_90: PTX assembled; gfx9: LLVM IR translated to AMDGCN, which is written beside it as the
+    compiler writes it, and assembled)."""
+    import json
+
+    from monobuild.compiler.targets import TARGETS
+    from monobuild.compiler.toolchain import amdgcn_from_llir, assemble
+
+    doc = json.loads((pkg / "manifest.json").read_text())
+    target = TARGETS[doc["target"]]
+    if target.is_nvidia:
+        return assemble(ir_text, target)
+    amdgcn = amdgcn_from_llir(ir_text, target)
+    spec = next(p for p in doc["programs"] if p["name"] == program)
+    (pkg / spec["ir"]["amdgcn"]).write_text(amdgcn)
+    return assemble(amdgcn, target)
+
+
+def rebuild_code(pkg: Path, program: str) -> None:
+    """``program``'s code object built again from its (planted) IR, as the compiler would have
+    built it: a defect planted in the IR then ships in a consistent package."""
+    import json
+
+    doc = json.loads((pkg / "manifest.json").read_text())
+    spec = next(p for p in doc["programs"] if p["name"] == program)
+    kind = "ptx" if "ptx" in spec["ir"] else "llir"
+    write_code(pkg, program, built_from(pkg, program, (pkg / spec["ir"][kind]).read_text()))

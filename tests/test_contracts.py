@@ -1,7 +1,9 @@
 """`monobuild check`: the unmutated packages pass; each planted defect is caught with the right contract.
 
 The defects are planted in a copy of a compiled package: in its manifest (the plan) or in its
-emitted IR (PTX for sm_90, LLVM IR for gfx950), as a compiler bug or a careless edit would.
+emitted IR (PTX for sm_90, LLVM IR for gfx950), as a compiler bug or a careless edit would — the
+layer's code object then built again from the planted IR (``rebuild_code``), as the compiler would
+have built it — or in the code object alone, beside the IR it was not built from.
 """
 
 import json
@@ -14,6 +16,10 @@ from click.testing import CliRunner
 from monobuild.cli.main import main
 from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.contracts.ptx import parse_ptx
+from monobuild.compiler.targets import TARGETS
+from monobuild.compiler.toolchain import amdgcn_from_llir, assemble
+
+from .conftest import rebuild_code, write_code
 
 LAYER = "layer.r1t1.persistent"
 
@@ -156,8 +162,9 @@ def extra_wait_site(pkg):
     ptx = parse_ptx(path.read_text())
     names = [a["name"] for a in _program(_manifest(pkg))["args"]]
     signal = next(i for i in ptx.instrs if i.base == "atom" and _from(ptx, i, names, "counters"))
-    loop = ["$L__planted_wait:", f"\tld.global.gpu.acquire.b64 %rd_planted, [ {signal.address} + 0 ];",
-            "\tsetp.lt.s64 %p_planted, %rd_planted, 0;", "\t@%p_planted bra $L__planted_wait;"]
+    loop = ["{", "\t.reg .b64 %rd_planted;", "\t.reg .pred %p_planted;", "$L__planted_wait:",
+            f"\tld.global.gpu.acquire.b64 %rd_planted, [ {signal.address} + 0 ];",
+            "\tsetp.lt.s64 %p_planted, %rd_planted, 0;", "\t@%p_planted bra $L__planted_wait;", "}"]
     _edit_lines(path, lambda lines: [*lines[:signal.line], *loop, *lines[signal.line:]])
 
 
@@ -180,6 +187,31 @@ def counter_block_too_small(pkg):
     """The launch's counter block holds fewer counters than the layer's edges use: the last edges'
     signals would land in the next launch's counters."""
     _edit_manifest(pkg, lambda d: _program(d).__setitem__("counters", 2))
+
+
+def binary_of_relaxed_ptx(pkg):
+    """The code object assembled from PTX whose first signal is relaxed, shipped beside the PTX
+    it was not built from (and the manifest's sha256 made to match it)."""
+    ptx = _ir(pkg, "ptx").read_text().replace("atom.global.gpu.release.add", "atom.global.gpu.relaxed.add", 1)
+    write_code(pkg, LAYER, assemble(ptx, TARGETS["sm_90"]))
+
+
+def binary_of_relaxed_llir(pkg):
+    """gfx950: the code object built from LLVM IR whose signal is relaxed, beside the IR and
+    AMDGCN it was not built from."""
+    t = TARGETS["gfx950"]
+    llir = _ir(pkg, "llir").read_text().replace('syncscope("agent") release', 'syncscope("agent") monotonic', 1)
+    write_code(pkg, LAYER, assemble(amdgcn_from_llir(llir, t), t))
+
+
+def amdgcn_not_of_its_llir(pkg):
+    """gfx950: the AMDGCN (whose metadata residency reads) edited, the code object assembled from
+    it, the LLVM IR left as it was."""
+    t = TARGETS["gfx950"]
+    path = _ir(pkg, "amdgcn")
+    amdgcn = path.read_text().replace("s_endpgm", "s_nop 0\n\ts_endpgm", 1)
+    path.write_text(amdgcn)
+    write_code(pkg, LAYER, assemble(amdgcn, t))
 
 
 def tampered_code(pkg):
@@ -244,6 +276,9 @@ DEFECTS = [
     ("sm_90", counter_block_too_small, "C1", "sync attn→combine"),
     ("sm_90", tampered_code, "I0", "code"),
     ("gfx950", tampered_code, "I0", "code"),
+    ("sm_90", binary_of_relaxed_ptx, "I0", "code"),
+    ("gfx950", binary_of_relaxed_llir, "I0", "code"),
+    ("gfx950", amdgcn_not_of_its_llir, "I0", "code"),
     ("sm_90", overwrite_in_flight, "C2", "region x_in"),
     ("sm_90", undeclared_same_stage_read, "C1", "region k_cache"),
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),
@@ -252,11 +287,17 @@ DEFECTS = [
 ]
 
 
+#: the defects planted in the code object itself (the rest are planted in the IR or the plan)
+BINARY_PLANTS = {tampered_code, binary_of_relaxed_ptx, binary_of_relaxed_llir, amdgcn_not_of_its_llir}
+
+
 @pytest.mark.parametrize("target,plant,contract,where", DEFECTS, ids=[d[1].__name__ for d in DEFECTS])
 def test_each_planted_defect_is_caught(packages, tmp_path, target, plant, contract, where):
     pkg = tmp_path / "pkg"
     shutil.copytree(packages[target], pkg)
     plant(pkg)
+    if plant not in BINARY_PLANTS:
+        rebuild_code(pkg, LAYER)
     report = check_package(pkg)
     caught = [v for v in report.violations if v.contract == contract and v.program == LAYER and v.where.startswith(where)]
     assert caught, "\n".join(v.line() for v in report.violations) or "no violation reported"
@@ -270,6 +311,7 @@ def test_check_cli_exit_codes_and_lines(packages, tmp_path):
     pkg = tmp_path / "pkg"
     shutil.copytree(packages["sm_90"], pkg)
     dropped_release(pkg)
+    rebuild_code(pkg, LAYER)
     bad = CliRunner().invoke(main, ["check", str(pkg), "--json"])
     assert bad.exit_code == 1
     doc = json.loads(bad.stdout)

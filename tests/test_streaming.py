@@ -26,6 +26,8 @@ from monobuild.manifest import read_manifest
 from monobuild.runtime.params import ParamBlock
 from monobuild.runtime.tma import Descriptor
 
+from .conftest import rebuild_code
+
 LAYER = "layer.r1t1.persistent"
 STREAMING = {"streaming": 1, "block_k": 128, "max_split_qkv": 8, "weight_stages": 2, "ctas_per_sm": 1}
 
@@ -287,6 +289,7 @@ def test_each_planted_defect_in_a_streaming_program_is_caught(package, tmp_path,
     pkg = tmp_path / "pkg"
     shutil.copytree(package, pkg)
     plant(pkg)
+    rebuild_code(pkg, LAYER)  # as the compiler would have built the planted IR
     found = [v for v in check_package(pkg).violations if v.program == LAYER]
     assert contract in {v.contract for v in found}, "\n".join(v.line() for v in found) or "nothing caught"
 

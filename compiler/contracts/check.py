@@ -2,7 +2,8 @@
 
 Residency is recomputed from the code objects themselves (cuobjdump's resource report on a
 cubin; the metadata in the AMDGCN text), not taken from the manifest, so a manifest that
-misreports a program is caught too.
+misreports a program is caught too. The contracts are proved on the IR beside each binary, and
+the binary is proved to be that IR's by building it again (I0).
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ...manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
-from ..errors import InputError
+from ..errors import CompileError, InputError
 from ..resources import amd_resources, nvidia_resources
-from ..targets import TARGETS
+from ..targets import TARGETS, Target
+from ..toolchain import amdgcn_from_llir, assemble
 from .plan_rules import plan_violations
 from .violations import Violation
 
@@ -53,11 +55,36 @@ def _ctas_per_unit(package: Path, manifest: Manifest, p: ProgramSpec, binary: by
     return amd_resources(_ir_text(package, p, "amdgcn"), p.shared_bytes, p.block, target).ctas_per_unit
 
 
+def _not_built_from_its_ir(package: Path, p: ProgramSpec, binary: bytes, target: Target) -> str | None:
+    """Why the shipped binary is not what the IR beside it builds to, or None: the last steps of
+    the compile run again (sm_90: the PTX the contracts read, through ptxas; gfx9: the LLVM IR
+    they read, to AMDGCN — which must be the AMDGCN shipped, whose metadata C3 reads — and that
+    assembled and linked) and must give the binary byte for byte."""
+    try:
+        if target.is_nvidia:
+            rebuilt = assemble(_ir_text(package, p, "ptx"), target)
+            source = "its PTX"
+        else:
+            amdgcn = amdgcn_from_llir(_ir_text(package, p, "llir"), target)
+            if amdgcn != _ir_text(package, p, "amdgcn"):
+                return "its AMDGCN is not what its LLVM IR translates to"
+            rebuilt = assemble(amdgcn, target)
+            source = "its AMDGCN"
+    except CompileError as e:
+        return f"its IR does not build ({e}), so the binary cannot be the checked IR's"
+    if rebuilt != binary:
+        return f"the binary is not what {source} assembles to: it was built from other code than the IR checked here"
+    return None
+
+
 def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Violation]:
     try:  # I0: every other check reads this binary or the IR it was built with
         binary = read_code(package, p)
     except PackageError as e:
         return [Violation(p.name, "code", "I0", str(e))]
+    why = _not_built_from_its_ir(package, p, binary, TARGETS[manifest.target])
+    if why:
+        return [Violation(p.name, "code", "I0", why)]
     found = plan_violations(manifest, p, _ctas_per_unit(package, manifest, p, binary))
     if TARGETS[manifest.target].is_nvidia:
         from .nvidia import check_ptx
