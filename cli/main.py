@@ -143,7 +143,7 @@ def inspect(package, as_json):
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--jobs", "-j", default=1, show_default=True, type=click.IntRange(1, 256),
-              help="Parallel compile processes (for recipes).")
+              help="Parallel compile processes (for recipes), and programs checked at once.")
 @click.option("--cache", "cache_dir", type=click.Path(path_type=Path),
               help="Code-object cache for recipes (default: $MONOBUILD_CACHE_DIR or ~/.cache/monobuild).")
 @_one_line_errors
@@ -171,7 +171,7 @@ def check(paths, as_json, jobs, cache_dir):
             else:
                 package = path
             with _progress(f"check {package}") as report:
-                reports.append(check_package(package, progress=report))
+                reports.append(check_package(package, progress=report, jobs=jobs))
     if as_json:
         click.echo(json.dumps([r.to_json() for r in reports], indent=1))
     else:

@@ -73,6 +73,9 @@ MAX_REGISTERS = 255
 # Triton's knobs are process-wide: two threads compiling at once (``monobuild tune`` builds its
 # candidates concurrently) would share, and delete, each other's cache directory.
 _KNOBS = threading.Lock()
+# Triton's LLVM (the AMDGCN translation, assembler and linker) is driven through one process-wide
+# state: ``check`` rebuilds programs from several threads, one at a time there.
+_LLVM = threading.Lock()
 
 
 def _triton_compile(program: Program, target: Target, options: dict):
@@ -149,11 +152,11 @@ def assemble(text: str, target: Target) -> bytes:
         else:
             from triton._C.libtriton import amd, llvm
 
-            llvm.init_targets()
-
             try:
-                src.write_bytes(amd.assemble_amdgcn(text, target.arch, ""))
-                amd.link_hsaco(str(src), str(out))
+                with _LLVM:
+                    llvm.init_targets()
+                    src.write_bytes(amd.assemble_amdgcn(text, target.arch, ""))
+                    amd.link_hsaco(str(src), str(out))
             except Exception as e:  # noqa: BLE001 (the assembler's errors have no type of their own)
                 raise CompileError(f"the AMDGCN does not assemble: {_reason(e)}") from e
         return out.read_bytes()
@@ -164,8 +167,9 @@ def amdgcn_from_llir(llir: str, target: Target) -> str:
     target's features, fp fusion on): the step between the IR ``check`` reads and the code object."""
     from triton._C.libtriton import amd, llvm
 
-    llvm.init_targets()
-    return llvm.translate_to_asm(llir, amd.TARGET_TRIPLE, target.arch, "", [], True, False)
+    with _LLVM:
+        llvm.init_targets()
+        return llvm.translate_to_asm(llir, amd.TARGET_TRIPLE, target.arch, "", [], True, False)
 
 
 def _tensor_maps(program: Program, meta) -> tuple[TensorMap, ...]:

@@ -9,6 +9,7 @@ the binary is proved to be that IR's by building it again (I0).
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,14 +99,18 @@ def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Vio
     return found
 
 
-def check_package(package: str | Path, progress: Callable[[int, int, str], None] | None = None) -> PackageReport:
+def check_package(package: str | Path, progress: Callable[[int, int, str], None] | None = None,
+                  jobs: int = 1) -> PackageReport:
     package = Path(package)
     manifest = read_manifest(package)
     if manifest.target not in TARGETS:
         raise InputError(str(package / "manifest.json"), "target", f"unknown target {manifest.target!r}")
     found: list[Violation] = []
-    for n, p in enumerate(manifest.programs, 1):
-        found += check_program(package, manifest, p)
-        if progress:
-            progress(n, len(manifest.programs), p.name)
+    # threads: most of a program's check is ptxas and cuobjdump, processes of their own
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = [pool.submit(check_program, package, manifest, p) for p in manifest.programs]
+        for n, (p, result) in enumerate(zip(manifest.programs, results), 1):
+            found += result.result()
+            if progress:
+                progress(n, len(manifest.programs), p.name)
     return PackageReport(str(package), manifest.recipe, manifest.target, len(manifest.programs), tuple(found))
