@@ -119,9 +119,9 @@ X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 
 
 @gluon.jit
 def _scaled_f16(x):
-    """bf16 x as f16 x · 2⁻⁸: the bf16x2 multiply by 2⁻⁸ (exact), then each half through f32 to
-    f16. Written out because the compiler, given the same in Triton, converts to f16 first and
-    scales after, so that |x| > 65504 overflows."""
+    """bf16 x as f16 x · 2⁻⁸ (X_SCALE; 0x3B80 is 2⁻⁸ in bf16): the bf16x2 multiply (exact), then
+    each half through f32 to f16. Written out because the compiler, given the same in Triton,
+    converts to f16 first and scales after, so that |x| > 65504 overflows."""
     return gl.inline_asm_elementwise(
         asm="""{
         .reg .b32 t, k;
