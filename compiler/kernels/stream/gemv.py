@@ -98,6 +98,9 @@ def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
     return i + 1, acc
 
 
+X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 2⁻⁸ (module docstring)
+
+
 @gluon.jit
 def _unit_scales(it, total, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
                  CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr,
@@ -112,9 +115,6 @@ def _unit_scales(it, total, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, B
     k = k0 + c * QBK
     return gl.load(scale_ptr + row_block * ((K + QBK - 1) // QBK) + k // QBK, mask=(k < K) & (it < total),
                    other=0.0) / X_SCALE
-
-
-X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 2⁻⁸ (module docstring)
 
 
 @gluon.jit
