@@ -183,6 +183,12 @@ def pdl_launch_not_waited(pkg):
     _edit_manifest(pkg, lambda d: _program(d)["launch"].__setitem__("pdl_wait", False))
 
 
+def not_cooperative(pkg):
+    """The persistent layer launched without the cooperative attribute (which is what makes the
+    driver refuse a grid that cannot be co-resident)."""
+    _edit_manifest(pkg, lambda d: _program(d)["launch"].__setitem__("cooperative", False))
+
+
 def counter_block_too_small(pkg):
     """The launch's counter block holds fewer counters than the layer's edges use: the last edges'
     signals would land in the next launch's counters."""
@@ -274,6 +280,8 @@ DEFECTS = [
     ("sm_90", pdl_without_wait, "C2", "ptx"),
     ("sm_90", pdl_launch_not_waited, "C2", "launch"),
     ("sm_90", counter_block_too_small, "C1", "sync attn→combine"),
+    ("sm_90", not_cooperative, "C3", "launch"),
+    ("gfx950", not_cooperative, "C3", "launch"),
     ("sm_90", tampered_code, "I0", "code"),
     ("gfx950", tampered_code, "I0", "code"),
     ("sm_90", binary_of_relaxed_ptx, "I0", "code"),

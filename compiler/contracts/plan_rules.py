@@ -139,7 +139,13 @@ def residency(p: ProgramSpec, sm_count: int, ctas_per_unit: int, target: str) ->
     if ctas_per_unit != res.ctas_per_unit:
         out.append(Violation(p.name, "launch", "C3", f"the manifest says {res.ctas_per_unit} CTAs per {unit}; "
                                                      f"the code object allows {ctas_per_unit} ({why})"))
-    if p.launch_cooperative:
+    waits_on_ctas = bool(p.syncs)  # its CTAs wait on each other's signals
+    if waits_on_ctas and not p.launch_cooperative:
+        out.append(Violation(p.name, "launch", "C3",
+                             "its CTAs wait on each other's signals (it has sync edges) but it is not launched "
+                             "cooperatively: nothing makes the driver refuse a grid that is not co-resident, and a "
+                             "CTA that never starts hangs the rest"))
+    if p.launch_cooperative or waits_on_ctas:
         if p.grid > ctas_per_unit * sm_count:
             out.append(Violation(p.name, "launch", "C3",
                                  f"grid {p.grid} exceeds the co-resident capacity {ctas_per_unit} × {sm_count} "
