@@ -22,7 +22,7 @@ from .resources import Resources, amd_resources, nvidia_resources
 from .targets import Target
 
 IR_TEXTS = {"cuda": ("llir", "ptx"), "hip": ("llir", "amdgcn")}
-ASSEMBLY = {"cuda": "ptx", "hip": "amdgcn"}  # the IR text a target's code object is assembled from
+CHECKED_IR = {"cuda": "ptx", "hip": "llir"}  # the IR the contracts are proved on, and the code object built from
 # The flags Triton 3.6's last step gives ptxas with line info off (and its defaults: fp fusion on,
 # no extra options), so that ``assemble`` makes the very cubin ``compile_program`` shipped.
 PTXAS_FLAGS = ("-lineinfo", "-suppress-debug-info", "-v")
@@ -162,7 +162,7 @@ def assemble(text: str, target: Target) -> bytes:
         return out.read_bytes()
 
 
-def amdgcn_from_llir(llir: str, target: Target) -> str:
+def _amdgcn_from_llir(llir: str, target: Target) -> str:
     """The AMDGCN that Triton's gfx9 backend translates a program's LLVM IR to (its triple, the
     target's features, fp fusion on): the step between the IR ``check`` reads and the code object."""
     from triton._C.libtriton import amd, llvm
@@ -170,6 +170,16 @@ def amdgcn_from_llir(llir: str, target: Target) -> str:
     with _LLVM:
         llvm.init_targets()
         return llvm.translate_to_asm(llir, amd.TARGET_TRIPLE, target.arch, "", [], True, False)
+
+
+def code_from_ir(text: str, target: Target) -> tuple[bytes, str | None]:
+    """The code object that a program's checked IR (``CHECKED_IR``) builds to with the compiler's
+    last steps — sm_90: the PTX assembled; gfx9: the LLVM IR translated to AMDGCN, then assembled
+    — and that AMDGCN (None on sm_90)."""
+    if target.is_nvidia:
+        return assemble(text, target), None
+    amdgcn = _amdgcn_from_llir(text, target)
+    return assemble(amdgcn, target), amdgcn
 
 
 def _tensor_maps(program: Program, meta) -> tuple[TensorMap, ...]:

@@ -62,31 +62,19 @@ def write_code(pkg: Path, program: str, binary: bytes) -> None:
     (pkg / "manifest.json").write_text(json.dumps(doc))
 
 
-def built_from(pkg: Path, program: str, ir_text: str) -> bytes:
-    """The code object that a program's IR builds to, as the compiler's last steps build it
-    (sm_90: PTX assembled; gfx9: LLVM IR translated to AMDGCN, which is written beside it as the
-    compiler writes it, and assembled)."""
+def rebuild_code(pkg: Path, program: str) -> None:
+    """``program``'s code object built again from its (planted) IR, as the compiler would have
+    built it (``code_from_ir``; on gfx9 the AMDGCN written beside it too): a defect planted in the
+    IR then ships in a consistent package."""
     import json
 
     from monobuild.compiler.targets import TARGETS
-    from monobuild.compiler.toolchain import amdgcn_from_llir, assemble
+    from monobuild.compiler.toolchain import CHECKED_IR, code_from_ir
 
     doc = json.loads((pkg / "manifest.json").read_text())
     target = TARGETS[doc["target"]]
-    if target.is_nvidia:
-        return assemble(ir_text, target)
-    amdgcn = amdgcn_from_llir(ir_text, target)
     spec = next(p for p in doc["programs"] if p["name"] == program)
-    (pkg / spec["ir"]["amdgcn"]).write_text(amdgcn)
-    return assemble(amdgcn, target)
-
-
-def rebuild_code(pkg: Path, program: str) -> None:
-    """``program``'s code object built again from its (planted) IR, as the compiler would have
-    built it: a defect planted in the IR then ships in a consistent package."""
-    import json
-
-    doc = json.loads((pkg / "manifest.json").read_text())
-    spec = next(p for p in doc["programs"] if p["name"] == program)
-    kind = "ptx" if "ptx" in spec["ir"] else "llir"
-    write_code(pkg, program, built_from(pkg, program, (pkg / spec["ir"][kind]).read_text()))
+    binary, amdgcn = code_from_ir((pkg / spec["ir"][CHECKED_IR[target.backend]]).read_text(), target)
+    if amdgcn is not None:
+        (pkg / spec["ir"]["amdgcn"]).write_text(amdgcn)
+    write_code(pkg, program, binary)

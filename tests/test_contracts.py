@@ -17,7 +17,7 @@ from monobuild.cli.main import main
 from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.contracts.ptx import parse_ptx
 from monobuild.compiler.targets import TARGETS
-from monobuild.compiler.toolchain import amdgcn_from_llir, assemble
+from monobuild.compiler.toolchain import assemble, code_from_ir
 
 from .conftest import rebuild_code, write_code
 
@@ -205,9 +205,8 @@ def binary_of_relaxed_ptx(pkg):
 def binary_of_relaxed_llir(pkg):
     """gfx950: the code object built from LLVM IR whose signal is relaxed, beside the IR and
     AMDGCN it was not built from."""
-    t = TARGETS["gfx950"]
     llir = _ir(pkg, "llir").read_text().replace('syncscope("agent") release', 'syncscope("agent") monotonic', 1)
-    write_code(pkg, LAYER, assemble(amdgcn_from_llir(llir, t), t))
+    write_code(pkg, LAYER, code_from_ir(llir, TARGETS["gfx950"])[0])
 
 
 def amdgcn_not_of_its_llir(pkg):

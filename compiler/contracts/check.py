@@ -17,7 +17,7 @@ from ...manifest import Manifest, PackageError, ProgramSpec, read_code, read_man
 from ..errors import CompileError, InputError
 from ..resources import amd_resources, nvidia_resources
 from ..targets import TARGETS, Target
-from ..toolchain import amdgcn_from_llir, assemble
+from ..toolchain import CHECKED_IR, code_from_ir
 from .plan_rules import plan_violations
 from .violations import Violation
 
@@ -49,32 +49,24 @@ def _ir_text(package: Path, p: ProgramSpec, kind: str) -> str:
         raise InputError(str(package / rel), None, f"missing (the {kind} of {p.name})") from None
 
 
-def _ctas_per_unit(package: Path, manifest: Manifest, p: ProgramSpec, binary: bytes) -> int:
-    target = TARGETS[manifest.target]
+def _ctas_per_unit(p: ProgramSpec, binary: bytes, amdgcn: str | None, target: Target) -> int:
     if target.is_nvidia:
         return nvidia_resources(binary, p.shared_bytes, p.block, target).ctas_per_unit
-    return amd_resources(_ir_text(package, p, "amdgcn"), p.shared_bytes, p.block, target).ctas_per_unit
+    return amd_resources(amdgcn, p.shared_bytes, p.block, target).ctas_per_unit
 
 
-def _not_built_from_its_ir(package: Path, p: ProgramSpec, binary: bytes, target: Target) -> str | None:
-    """Why the shipped binary is not what the IR beside it builds to, or None: the last steps of
-    the compile run again (sm_90: the PTX the contracts read, through ptxas; gfx9: the LLVM IR
-    they read, to AMDGCN — which must be the AMDGCN shipped, whose metadata C3 reads — and that
-    assembled and linked) and must give the binary byte for byte."""
+def _not_built_from_its_ir(checked: str, amdgcn: str | None, binary: bytes, target: Target) -> str | None:
+    """Why the shipped binary is not what the IR the contracts read (``checked``) builds to, or
+    None: the compile's last steps run again (``code_from_ir``) and must give the binary byte for
+    byte, and on gfx9 the shipped AMDGCN too (C3 reads its metadata)."""
     try:
-        if target.is_nvidia:
-            rebuilt = assemble(_ir_text(package, p, "ptx"), target)
-            source = "its PTX"
-        else:
-            amdgcn = amdgcn_from_llir(_ir_text(package, p, "llir"), target)
-            if amdgcn != _ir_text(package, p, "amdgcn"):
-                return "its AMDGCN is not what its LLVM IR translates to"
-            rebuilt = assemble(amdgcn, target)
-            source = "its AMDGCN"
+        rebuilt, rebuilt_amdgcn = code_from_ir(checked, target)
     except CompileError as e:
         return f"its IR does not build ({e}), so the binary cannot be the checked IR's"
+    if rebuilt_amdgcn is not None and rebuilt_amdgcn != amdgcn:
+        return "its AMDGCN is not what its LLVM IR translates to"
     if rebuilt != binary:
-        return f"the binary is not what {source} assembles to: it was built from other code than the IR checked here"
+        return "the binary is not what its IR builds to: it was built from other code than the IR checked here"
     return None
 
 
@@ -83,19 +75,22 @@ def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Vio
         binary = read_code(package, p)
     except PackageError as e:
         return [Violation(p.name, "code", "I0", str(e))]
-    why = _not_built_from_its_ir(package, p, binary, TARGETS[manifest.target])
+    target = TARGETS[manifest.target]
+    checked = _ir_text(package, p, CHECKED_IR[target.backend])
+    amdgcn = None if target.is_nvidia else _ir_text(package, p, "amdgcn")
+    why = _not_built_from_its_ir(checked, amdgcn, binary, target)
     if why:
         return [Violation(p.name, "code", "I0", why)]
-    found = plan_violations(manifest, p, _ctas_per_unit(package, manifest, p, binary))
-    if TARGETS[manifest.target].is_nvidia:
+    found = plan_violations(manifest, p, _ctas_per_unit(p, binary, amdgcn, target))
+    if target.is_nvidia:
         from .nvidia import check_ptx
         from .ptx import parse_ptx
 
-        found += check_ptx(p, parse_ptx(_ir_text(package, p, "ptx")))
+        found += check_ptx(p, parse_ptx(checked))
     else:
         from .amd import LlvmFunction, check_llir
 
-        found += check_llir(p, LlvmFunction(_ir_text(package, p, "llir")))
+        found += check_llir(p, LlvmFunction(checked))
     return found
 
 

@@ -56,9 +56,9 @@ def mma_batched(warps):
 
 @gluon.constexpr_function
 def operand(index, parent, k_width=2):
-    """Operand ``index`` (0: A, 1: B) of a bf16 product accumulating in ``parent``: ``k_width``
+    """Operand ``index`` (0: A, 1: B) of a 16-bit product accumulating in ``parent``: ``k_width``
     consecutive K elements a register group (2: one 32-bit register of bf16; 4: what an 8-bit
-    operand loads in one 32-bit word, kept through its widening to bf16; both operands alike)."""
+    operand loads in one 32-bit word, kept through its widening to f16; both operands alike)."""
     return gl.DotOperandLayout(operand_index=index, parent=parent, k_width=k_width)
 
 
