@@ -62,9 +62,13 @@ class ProgramPlan:
 @dataclass(frozen=True)
 class Plan:
     recipe: Recipe
-    schedule_source: str
+    schedule: Schedule  # the table the programs were planned with (derived entries included)
     programs: tuple[ProgramPlan, ...]
     steps: tuple[Step, ...]
+
+    @property
+    def schedule_source(self) -> str:
+        return self.schedule.source
 
     def program(self, name: str) -> ProgramPlan:
         for p in self.programs:
@@ -155,7 +159,7 @@ class Planner:
         clock_slots = 1 + 2 * max(len(p.stages) + p.stages[0].index for p in programs)
         if self.recipe.deployment.stage_clock:  # one row stride for every clocked launch
             programs = [_with_clock_slots(p, clock_slots) if _clocked(p.kind, True) else p for p in programs]
-        return Plan(self.recipe, self.schedule.source, tuple(programs), tuple(steps))
+        return Plan(self.recipe, self.schedule, tuple(programs), tuple(steps))
 
     # -- programs ------------------------------------------------------------------------------
 

@@ -108,7 +108,9 @@ def _checked(src: str, field: str, values: dict, *, partial: bool) -> dict:
     return values
 
 
-def parse_schedule(doc, src: str) -> Schedule:
+def parse_schedule(doc, src: str, source: str | None = None) -> Schedule:
+    """The table in ``doc`` (read from ``src``, which errors name); ``source`` is what the table
+    says it came from (default ``src``)."""
     if not isinstance(doc, dict):
         raise InputError(src, None, "expected a mapping with defaults and entries")
     defaults = ScheduleEntry(**_checked(src, "defaults", doc.get("defaults"), partial=False))
@@ -124,7 +126,20 @@ def parse_schedule(doc, src: str) -> Schedule:
             raise InputError(src, f"entries[{i}].match.{bad[0]}", f"unknown key (known: {', '.join(sorted(_MATCH_KEYS))})")
         overrides = _checked(src, f"entries[{i}].set", item.get("set", {}), partial=True)
         entries.append((tuple(sorted(item["match"].items())), tuple(sorted(overrides.items()))))
-    return Schedule(src, defaults, tuple(entries))
+    return Schedule(source or src, defaults, tuple(entries))
+
+
+def schedule_to_json(schedule: Schedule) -> dict:
+    """The table as a package records it (what ``check`` plans the package's programs again with)."""
+    return {"source": schedule.source, "defaults": dict(schedule.defaults.__dict__),
+            "entries": [{"match": dict(match), "set": dict(overrides)} for match, overrides in schedule.entries]}
+
+
+def schedule_from_json(doc, src: str) -> Schedule:
+    """A table recorded by ``schedule_to_json``, validated as a table file is."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("source"), str):
+        raise InputError(src, "schedule", "expected the table the package was planned with")
+    return parse_schedule({k: v for k, v in doc.items() if k != "source"}, src, source=doc["source"])
 
 
 def load_schedule(target: str, directory: Path | None = None) -> Schedule:

@@ -14,7 +14,7 @@ from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 4  # 4: the deployment names its weights' quantization and the projections' dtype
+MANIFEST_FORMAT = 5  # 5: the schedule table the programs were planned with, recorded whole (check plans again)
 
 
 class PackageError(Exception):

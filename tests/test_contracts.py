@@ -263,6 +263,112 @@ def amd_relaxed_wait(pkg):
     _replace(pkg, "llir", 'syncscope("agent") acquire', 'syncscope("agent") monotonic')
 
 
+def abi_names_swapped(pkg):
+    """The first and last layer weights' names swapped in the ABI: the runtime, which binds by
+    name, would pass the down projection where the code reads the attention norm's weight."""
+    def edit(d):
+        weights = [a for a in _program(d)["args"] if a["role"] == "layer_weight"]
+        first, last = weights[0], weights[-1]
+        first["name"], last["name"] = last["name"], first["name"]
+
+    _edit_manifest(pkg, edit)
+
+
+def step_skips_a_layer(pkg):
+    """The first step's launches lose the last decoder layer's (the head then reads layer L-2's output)."""
+    def edit(d):
+        launches = d["steps"][0]["launches"]
+        last = max(x["layer"] for x in launches if x["layer"] is not None)
+        d["steps"][0]["launches"] = [x for x in launches if x["layer"] != last]
+
+    _edit_manifest(pkg, edit)
+
+
+def _first_wait_compare(pkg):
+    """(PTX text, the compare line of the layer's first wait loop, the target register it reads)."""
+    path = _ir(pkg, "ptx")
+    ptx = parse_ptx(path.read_text())
+    compare = next(i for i in ptx.instrs if i.base == "setp" and i.has("s64") and ptx.in_loop(i.index) is not None)
+    return path, ptx, compare.operands[2]
+
+
+def lowered_wait_target(pkg):
+    """The wait target's constant lowered by one in the code (`… + 8` → `… + 7`): every wait of
+    the layer is over one signal early."""
+    path, ptx, target = _first_wait_compare(pkg)
+    define = next(i for i in ptx.instrs if i.operands and i.operands[0] == target)
+    _edit_lines(path, lambda lines: [*lines[:define.line - 1],
+                                     re.sub(r"(\d+);$", lambda m: f"{int(m.group(1)) - 1};", lines[define.line - 1]),
+                                     *lines[define.line:]])
+
+
+def signal_to_another_counter(pkg):
+    """The second signal's address displaced by 8 B: it adds to the third edge's counter, while
+    the second edge's waits keep reading their own."""
+    path = _ir(pkg, "ptx")
+    line = _instr_line(path, lambda p, i, n: i.base == "atom" and _from(p, i, n, "counters") and i.has("release")
+                       and "+ 0 ]" in ",".join(i.operands) and i.address != _first_signal_address(p, n))
+    _edit_lines(path, lambda lines: [*lines[:line], lines[line].replace("+ 0 ]", "+ 8 ]"), *lines[line + 1:]])
+
+
+def _first_signal_address(ptx, names):
+    return next(i.address for i in ptx.instrs if i.base == "atom" and _from(ptx, i, names, "counters"))
+
+
+def relaxed_first_poll(pkg):
+    """The first wait's first poll (before its loop, the fast path) relaxed; the loop stays acquire."""
+    path = _ir(pkg, "ptx")
+    line = _instr_line(path, lambda p, i, n: i.opcode == "ld.global.gpu.acquire.b64" and p.in_loop(i.index) is None)
+    _edit_lines(path, lambda lines: [*lines[:line], lines[line].replace(".acquire.", ".relaxed."), *lines[line + 1:]])
+
+
+def _amd_first_wait(pkg):
+    """(LLVM IR path, text, the first wait loop's poll, the target value its compare reads)."""
+    from monobuild.compiler.contracts.amd import LlvmFunction
+
+    path = _ir(pkg, "llir")
+    text = path.read_text()
+    fn = LlvmFunction(text)
+    poll = next(i for i in fn.instrs if i.opcode == "atomicrmw" and " acquire" in i.text and i.block in fn.loop_of)
+    compare = next(i for i in fn.instrs[poll.index:] if i.opcode == "icmp" and " i64 " in i.text)
+    return path, text, fn, poll, compare.text.rsplit(", ", 1)[1]
+
+
+def amd_lowered_wait_target(pkg):
+    path, text, fn, _, target = _amd_first_wait(pkg)
+    define = next(i.text for i in fn.instrs if i.result == target)
+    path.write_text(text.replace(define, re.sub(r"(\d+)$", lambda m: str(int(m.group(1)) - 1), define), 1))
+
+
+def amd_signal_to_another_counter(pkg):
+    """The second signal's pointer moved 8 B on, through a getelementptr of its own."""
+    from monobuild.compiler.contracts.amd import LlvmFunction
+
+    path = _ir(pkg, "llir")
+    text = path.read_text()
+    fn = LlvmFunction(text)
+    signal = [i for i in fn.instrs if i.opcode == "atomicrmw" and " add " in i.text and " release" in i.text][1]
+    pointer = re.search(r"ptr addrspace\(1\) (%[\w.]+)", signal.text).group(1)
+    planted = f"%planted.counter = getelementptr i8, ptr addrspace(1) {pointer}, i64 8\n  " + \
+        signal.text.replace(f"ptr addrspace(1) {pointer},", "ptr addrspace(1) %planted.counter,")
+    path.write_text(text.replace(signal.text, planted, 1))
+
+
+def amd_relaxed_first_poll(pkg):
+    """A fast path before the first wait loop: a relaxed poll that skips the loop when it already
+    sees the target (Triton emits none on gfx9; a hand edit or another compiler could)."""
+    path, text, fn, poll, target = _amd_first_wait(pkg)
+    entry = next(b for b in fn.pred[poll.block] if fn.loop_of.get(b) != fn.loop_of[poll.block])
+    exit_ = next(b for b in fn.blocks if fn.loop_of.get(b) != fn.loop_of[poll.block]
+                 and set(fn.pred[b]) & {x for x in fn.blocks if fn.loop_of.get(x) == fn.loop_of[poll.block]})
+    branch = fn.body[entry][-1].text
+    pointer = re.search(r"ptr addrspace\(1\) (%[\w.]+)", poll.text).group(1)
+    fast = (f"%fast.seen = atomicrmw or ptr addrspace(1) {pointer}, i64 0 syncscope(\"agent\") monotonic, align 8\n"
+            f"  %fast.done = icmp sge i64 %fast.seen, {target}\n"
+            f"  br i1 %fast.done, label {exit_}, label %fast.wait\n\nfast.wait:\n  {branch}")
+    path.write_text(text.replace(branch, fast, 1))
+
+
 DEFECTS = [
     ("sm_90", dropped_release, "I1", "ptx line"),
     ("sm_90", relaxed_wait, "I2", "ptx line"),
@@ -291,6 +397,16 @@ DEFECTS = [
     ("gfx950", amd_relaxed_signal, "I1", "llir block"),
     ("gfx950", amd_dead_row_stores, "C4", "llir block"),
     ("gfx950", amd_relaxed_wait, "I2", "llir block"),
+    ("sm_90", lowered_wait_target, "I5", "ptx line"),
+    ("gfx950", amd_lowered_wait_target, "I5", "llir block"),
+    ("sm_90", signal_to_another_counter, "I5", "ptx line"),
+    ("gfx950", amd_signal_to_another_counter, "I5", "llir block"),
+    ("sm_90", relaxed_first_poll, "I2", "ptx line"),
+    ("sm_90", abi_names_swapped, "P0", "manifest"),
+    ("gfx950", abi_names_swapped, "P0", "manifest"),
+    ("sm_90", step_skips_a_layer, "P0", "steps[0]"),
+    ("gfx950", step_skips_a_layer, "P0", "steps[0]"),
+    ("gfx950", amd_relaxed_first_poll, "I2", "llir block"),
 ]
 
 

@@ -190,7 +190,7 @@ def test_an_fp8_checkpoint_that_disagrees_with_the_package_is_refused_naming_the
 def test_the_manifest_records_the_quantization(fp8_recipe):
     record = load_recipe(fp8_recipe()).deployment.package_record()
     again = PackageDeployment.from_json(json.loads(json.dumps(record.to_json())))
-    assert again == record and again.quant.block_cols == 128 and MANIFEST_FORMAT == 4
+    assert again == record and again.quant.block_cols == 128 and MANIFEST_FORMAT >= 4
 
 
 def test_the_shipped_fp8_config_is_qwen3_8b_with_block_scales():

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 
 from ...manifest import ProgramSpec
+from .arith import NotEvaluable, Op, evaluate, threshold
+from .edges import CounterSite, counter_of, edge_counter_violations, thresholds
 from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .violations import Violation
 
@@ -190,26 +192,37 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
     out: list[Violation] = []
     counters = names.index("counters") if "counters" in names else None
     signals, wait_loops = [], set()
-    for ins in fn.instrs:
-        atomic = ins.opcode == "atomicrmw" or ins.opcode == "load" and " atomic " in ins.text
-        if counters is None or not atomic or counters not in fn.pointer_params(ins):
-            continue
+    accesses = [ins for ins in fn.instrs if counters is not None and _is_atomic(ins)
+                and counters in fn.pointer_params(ins)]
+    kinds = []
+    for k, ins in enumerate(accesses):
         scoped = any(s in ins.text for s in _STRONG)
-        is_add = ins.text.split("=", 1)[1].split()[1] == "add" if ins.opcode == "atomicrmw" else False
-        read_only = " acquire" in ins.text and "acq_rel" not in ins.text or not is_add
-        if not read_only:
+        if _is_llvm_signal(ins):
             signals.append(ins)
+            kinds.append("signal")
             if not ("release" in ins.text or "acq_rel" in ins.text) or not scoped:
                 out.append(Violation(p.name, _site(ins), "I1", "the signal is not a release at agent scope, so a "
                                                                "consumer that sees the count may not see the stores"))
             if not _barrier_before(fn, ins):
                 out.append(Violation(p.name, _site(ins), "I1", "no CTA barrier (s_barrier) between the CTA's "
                                                                "stores and the signal"))
-        elif ins.block in fn.loop_of:
+            continue
+        strong = ("acquire" in ins.text or "acq_rel" in ins.text) and scoped
+        epoch = ins.block not in fn.loop_of and not strong and k + 1 < len(accesses) \
+            and _is_llvm_signal(accesses[k + 1])
+        kinds.append("epoch" if epoch else "poll")
+        if ins.block in fn.loop_of:
             wait_loops.add(fn.loop_of[ins.block])
-            if not ("acquire" in ins.text or "acq_rel" in ins.text) or not scoped:
+            if not strong:
                 out.append(Violation(p.name, _site(ins), "I2", "a wait loop reads the counter without an acquire at "
                                                                "agent scope"))
+        elif not strong and not epoch:  # as on sm_90: a relaxed first poll may end the wait unordered
+            out.append(Violation(p.name, _site(ins), "I2", "the wait's first poll reads the counter without an "
+                                                           "acquire at agent scope: when it already finds the "
+                                                           "target, nothing orders the consumer's loads after the "
+                                                           "signal"))
+    if counters is not None:
+        out += edge_counter_violations(p, _counter_sites(p, fn, accesses, kinds, counters), "llir")
     for what, found in (("signal sites", len(signals)), ("wait loops", len(wait_loops))):
         if found != len(p.syncs):
             out.append(Violation(p.name, "llir", "I4", f"{found} {what} in the code, {len(p.syncs)} sync edges in "
@@ -217,6 +230,127 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
     out += _check_loads(p, fn)
     out += _check_kv_stores(p, fn)
     return out
+
+
+def _is_atomic(ins: _Instr) -> bool:
+    return ins.opcode == "atomicrmw" or ins.opcode == "load" and " atomic " in ins.text
+
+
+def _is_llvm_signal(ins: _Instr) -> bool:
+    """An atomic add to a counter; an acquire add (of 0, not acq_rel) is a read."""
+    is_add = ins.opcode == "atomicrmw" and ins.text.split("=", 1)[1].split()[1] == "add"
+    return is_add and not (" acquire" in ins.text and "acq_rel" not in ins.text)
+
+
+_BASE = 1 << 40  # the counters argument's value while an address is evaluated
+_ELEMENT_BYTES = {"i8": 1, "i16": 2, "i32": 4, "i64": 8, "half": 2, "bfloat": 2, "float": 4, "double": 8}
+_FLAGS = r"(?:\s+(?:nsw|nuw|exact|disjoint|samesign|nneg|inbounds|nusw))*"
+_VALUE = r"(%[\w.]+|-?\d+|true|false)"
+_BINARY = re.compile(rf"^(add|sub|mul|shl|ashr|lshr|and|or|xor|sdiv|udiv|srem|urem){_FLAGS} i(\d+) {_VALUE}, {_VALUE}$")
+_CAST = re.compile(rf"^(sext|zext|trunc){_FLAGS} i(\d+) {_VALUE} to i(\d+)$")
+_ICMP = re.compile(rf"^icmp{_FLAGS} (eq|ne|[su](?:lt|le|gt|ge)) i(\d+) {_VALUE}, {_VALUE}$")
+_SELECT = re.compile(rf"^select i1 {_VALUE}, i(\d+) {_VALUE}, i\d+ {_VALUE}$")
+_GEP = re.compile(rf"^getelementptr{_FLAGS} (\w+), ptr(?: addrspace\(\d+\))? (%[\w.]+), i(\d+) {_VALUE}$")
+_COPY = re.compile(rf"^(?:freeze i64|ptrtoint ptr(?: addrspace\(\d+\))?|inttoptr i64) {_VALUE}(?: to .*)?$")
+_BINARY_KINDS = {"ashr": "shr", "lshr": "shr", "sdiv": "div", "udiv": "div", "srem": "rem", "urem": "rem"}
+
+
+def _operand(text: str):
+    return {"true": 1, "false": 0}.get(text, int(text) if text.lstrip("-").isdigit() else text)
+
+
+def integer_op(ins: _Instr) -> Op:
+    """The instruction as an arith.Op, or NotEvaluable."""
+    body = ins.text.split("=", 1)[1].strip() if ins.result else ""
+    body = re.sub(r",\s*!\S+.*$", "", body)  # metadata attachments
+    if m := _BINARY.match(body):
+        op, bits = m.group(1), int(m.group(2))
+        signed = op in ("ashr", "sdiv", "srem")
+        return Op(_BINARY_KINDS.get(op, op), bits, (_operand(m.group(3)), _operand(m.group(4))), signed=signed)
+    if m := _CAST.match(body):
+        op, frm, to = m.group(1), int(m.group(2)), int(m.group(4))
+        return Op("mov" if op == "trunc" else op, to, (_operand(m.group(3)),), from_bits=min(frm, to))
+    if m := _ICMP.match(body):
+        pred = m.group(1)
+        return Op("cmp", int(m.group(2)), (_operand(m.group(3)), _operand(m.group(4))), signed=pred[0] != "u",
+                  predicate=pred if pred in ("eq", "ne") else pred[1:])
+    if m := _SELECT.match(body):
+        return Op("select", int(m.group(2)), tuple(_operand(m.group(k)) for k in (1, 3, 4)))
+    if m := _GEP.match(body):
+        size = _ELEMENT_BYTES.get(m.group(1))
+        if size is None:
+            raise NotEvaluable(f"a getelementptr over {m.group(1)} in block {ins.block}")
+        index = _operand(m.group(4))
+        if int(m.group(3)) < 64:
+            index = Op("sext", 64, (index,), from_bits=int(m.group(3)))
+        return Op("mad", 64, (index, size, m.group(2)))
+    if m := _COPY.match(body):
+        return Op("mov", 64, (_operand(m.group(1)),))
+    raise NotEvaluable(f"`{body.split(' ', 1)[0] or ins.text}` in block {ins.block}")
+
+
+def _counter_sites(p: ProgramSpec, fn: LlvmFunction, accesses: list[_Instr], kinds: list[str],
+                   counters: int) -> list[CounterSite]:
+    """I5's reading of the LLVM IR, as nvidia.py's of the PTX: each counter access's counter, each
+    poll's compares as the count from which its wait is over."""
+    defined = {ins.result: ins for ins in fn.instrs if ins.result}
+
+    def define(name: str) -> Op:
+        if name not in defined:
+            raise NotEvaluable(f"{name} is an argument or undefined")
+        return integer_op(defined[name])
+
+    def offset(ins: _Instr) -> int:
+        m = re.search(r"ptr(?: addrspace\(\d+\))? (%[\w.]+)", ins.text.split("=", 1)[-1])
+        if m is None:
+            raise NotEvaluable("its pointer operand")
+        return evaluate(m.group(1), define, {fn.args[counters]: _BASE}) - _BASE
+
+    epoch = set().union(*(_broadcast(fn, a, accesses) for a, kind in zip(accesses, kinds) if kind == "epoch"))
+    sites = []
+    for ins, kind in zip(accesses, kinds):
+        counter, why = counter_of(lambda ins=ins: offset(ins), p.counters)
+        g = next((s.signals_per_epoch for s in p.syncs if s.counter == counter), 0)
+        compares = tuple(_compares(fn, ins, accesses, define, epoch, g)) if kind == "poll" and g else ()
+        sites.append(CounterSite(_site(ins), kind, counter, why, fn.loop_of.get(ins.block), compares))
+    return sites
+
+
+def _window(fn: LlvmFunction, ins: _Instr, accesses: list[_Instr]) -> list[_Instr]:
+    later = [a.index for a in accesses if a.index > ins.index]
+    return fn.instrs[ins.index + 1:later[0] if later else len(fn.instrs)]
+
+
+def _broadcast(fn: LlvmFunction, ins: _Instr, accesses: list[_Instr]) -> set[str]:
+    """The values holding a counter read's result: itself and the LDS load that broadcasts it."""
+    values, stored = {ins.result}, False
+    for i in _window(fn, ins, accesses):
+        if i.opcode == "store" and "addrspace(3)" in i.text and re.match(rf"store i64 {re.escape(ins.result)},", i.text):
+            stored = True
+        elif stored and i.opcode == "load" and "addrspace(3)" in i.text:
+            values.add(i.result)
+            stored = False
+    return values
+
+
+def _compares(fn: LlvmFunction, ins: _Instr, accesses: list[_Instr], define, epoch: set[str], g: int):
+    values = _broadcast(fn, ins, accesses)
+    for i in _window(fn, ins, accesses):
+        if i.opcode != "icmp" or not values & set(_NAME.findall(i.text.split("=", 1)[1])):
+            continue
+        try:
+            op = integer_op(i)
+        except NotEvaluable as e:
+            yield str(e), _site(i)
+            continue
+        poll_first = op.operands[0] in values
+        other = op.operands[1] if poll_first else op.operands[0]
+
+        def past(seen: int, other=other, op=op, poll_first=poll_first):
+            value = other if isinstance(other, int) else evaluate(other, define, dict.fromkeys(epoch, seen))
+            return threshold(op.predicate, poll_first, value)
+
+        yield thresholds(past, g), _site(i)
 
 
 def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:

@@ -2,8 +2,9 @@
 
 Residency is recomputed from the code objects themselves (cuobjdump's resource report on a
 cubin; the metadata in the AMDGCN text), not taken from the manifest, so a manifest that
-misreports a program is caught too. The contracts are proved on the IR beside each binary, and
-the binary is proved to be that IR's by building it again (I0).
+misreports a program is caught too. The manifest's plan is proved to be the planner's (P0), the
+contracts are proved on the IR beside each binary, and the binary is proved to be that IR's by
+building it again (I0).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from ..resources import amd_resources, nvidia_resources
 from ..targets import TARGETS, Target
 from ..toolchain import CHECKED_IR, code_from_ir
 from .plan_rules import plan_violations
+from .provenance import provenance_violations
 from .violations import Violation
 
 
@@ -100,7 +102,7 @@ def check_package(package: str | Path, progress: Callable[[int, int, str], None]
     manifest = read_manifest(package)
     if manifest.target not in TARGETS:
         raise InputError(str(package / "manifest.json"), "target", f"unknown target {manifest.target!r}")
-    found: list[Violation] = []
+    found: list[Violation] = provenance_violations(package, manifest)
     # threads: most of a program's check is ptxas and cuobjdump, processes of their own
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = [pool.submit(check_program, package, manifest, p) for p in manifest.programs]

@@ -8,9 +8,13 @@ from, through the register dataflow.
 
 from __future__ import annotations
 
+import re
+
 from ...manifest import ProgramSpec
+from .arith import NotEvaluable, evaluate, threshold
+from .edges import CounterSite, counter_of, edge_counter_violations, thresholds
 from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
-from .ptx import Instr, Ptx
+from .ptx import Instr, Ptx, definitions, immediate, integer_op
 from .violations import Violation
 
 _STRONG_SCOPES = ("gpu", "sys")
@@ -34,26 +38,34 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     signals, wait_loops = [], set()
     accesses = [ins for ins in ptx.instrs
                 if counters is not None and _is_global_memory(ins) and counters in ptx.address_params(ins)]
+    kinds = []
     for k, ins in enumerate(accesses):
         if _is_signal(ins):
             signals.append(ins)
+            kinds.append("signal")
             out += _check_signal(p, ptx, ins)
         elif ins.base in ("ld", "atom"):
             loop = ptx.in_loop(ins.index)
             strong = (ins.has("acquire") or ins.has("acq_rel")) and any(ins.has(s) for s in _STRONG_SCOPES)
+            epoch = loop is None and not strong and k + 1 < len(accesses) and _is_signal(accesses[k + 1])
+            kinds.append("epoch" if epoch else "poll")
             if loop is not None:
                 wait_loops.add(loop)
                 if not strong:
                     out.append(Violation(p.name, _site(ins), "I2",
                                          f"a wait loop reads the counter with `{ins.opcode}`: not an acquire at gpu "
                                          "scope, so the consumer's later loads may see data older than the signal"))
-            elif not strong and not (k + 1 < len(accesses) and _is_signal(accesses[k + 1])):
+            elif not strong and not epoch:
                 # a relaxed read outside a loop is the epoch read only if a signal follows it; before a wait
                 # loop it is the wait's first poll, which may find the target reached and end the wait
                 out.append(Violation(p.name, _site(ins), "I2",
                                      f"the wait's first poll reads the counter with `{ins.opcode}`, not an acquire at "
                                      "gpu scope: when it already finds the target, no acquire orders the consumer's "
                                      "loads after the signal"))
+        else:
+            kinds.append("other")
+    if counters is not None:
+        out += edge_counter_violations(p, _counter_sites(p, ptx, accesses, kinds, counters), "ptx")
     syncs = len(p.syncs)
     if len(signals) != syncs:
         out.append(Violation(p.name, "ptx", "I4", f"{len(signals)} signal sites in the code, {syncs} sync edges in "
@@ -66,6 +78,98 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     out += _check_grid_dependency(p, ptx)
     out += _check_tensor_copies(p, ptx)
     return out
+
+
+_MEMORY = re.compile(r"\[\s*(%\w+)\s*(?:\+\s*(-?\w+))?\s*\]")
+_BASE = 1 << 40  # the counters parameter's value while an address is evaluated (any value far from 0)
+
+
+def _counter_sites(p: ProgramSpec, ptx: Ptx, accesses: list[Instr], kinds: list[str],
+                   counters: int) -> list[CounterSite]:
+    """I5's reading of the PTX: each counter access's counter, and each poll's compares as the
+    count from which its wait is over, for a range of counts the step's epoch read may see."""
+    defs = definitions(ptx)
+    bases = {(i.function, i.operands[0]) for i in ptx.instrs if i.base == "ld" and i.has("param") and i.function == 0
+             and (m := re.search(r"_param_(\d+)\s*\]", i.operands[-1])) and int(m.group(1)) == counters}
+
+    def define(function: int):
+        def op(name: str):
+            found = defs.get((function, name), [])
+            if len(found) != 1:
+                raise NotEvaluable(f"{name} is defined {len(found)} times")
+            return integer_op(found[0])
+        return op
+
+    def offset(ins: Instr) -> int:
+        memory = next((m for op in ins.operands if (m := _MEMORY.fullmatch(op.strip()))), None)
+        if memory is None:
+            raise NotEvaluable(f"operand of `{ins.opcode}`")
+        inputs = {name: _BASE for f, name in bases if f == ins.function}
+        disp = immediate(memory.group(2)) if memory.group(2) else 0
+        if disp is None:
+            raise NotEvaluable(f"displacement {memory.group(2)}")
+        return evaluate(memory.group(1), define(ins.function), inputs) + disp - _BASE
+
+    epoch = {(a.function, r) for a, kind in zip(accesses, kinds) if kind == "epoch"
+             for r in _broadcast(ptx, a, accesses)}
+    sites = []
+    for ins, kind in zip(accesses, kinds):
+        if kind == "other":
+            continue
+        counter, why = counter_of(lambda ins=ins: offset(ins), p.counters)
+        compares = ()
+        g = next((s.signals_per_epoch for s in p.syncs if s.counter == counter), 0)
+        if kind == "poll" and g:
+            compares = tuple(_compares(ptx, ins, accesses, define(ins.function),
+                                       {r for f, r in epoch if f == ins.function}, g))
+        sites.append(CounterSite(_site(ins), kind, counter, why, ptx.in_loop(ins.index), compares))
+    return sites
+
+
+def _window(ptx: Ptx, ins: Instr, accesses: list[Instr]) -> list[Instr]:
+    """The instructions after a counter access up to the function's next one."""
+    later = [a.index for a in accesses if a.index > ins.index and a.function == ins.function]
+    end = later[0] if later else len(ptx.instrs)
+    return [i for i in ptx.instrs[ins.index + 1:end] if i.function == ins.function]
+
+
+def _broadcast(ptx: Ptx, ins: Instr, accesses: list[Instr]) -> set[str]:
+    """The registers holding a counter read's value: its destination, where one thread read it
+    for the CTA the shared-memory load that broadcasts it, and their copies."""
+    values = {ins.operands[0]}
+    stored = False
+    for i in _window(ptx, ins, accesses):
+        if i.base == "st" and i.has("shared") and i.operands[-1] in values:
+            stored = True
+        elif stored and i.base == "ld" and i.has("shared"):
+            values.add(i.operands[0])
+            stored = False
+        elif i.opcode.startswith("mov") and len(i.operands) == 2 and i.operands[1] in values:
+            values.add(i.operands[0])
+    return values
+
+
+def _compares(ptx: Ptx, ins: Instr, accesses: list[Instr], define, epoch: set[str], g: int):
+    """Each ``setp`` on the poll's value: (thresholds per epoch sample, or why not, its site)."""
+    values = _broadcast(ptx, ins, accesses)
+    for i in _window(ptx, ins, accesses):
+        if i.base != "setp" or len(i.operands) != 3 or not values & set(i.operands[1:]):
+            continue
+        try:
+            op = integer_op(i)
+        except NotEvaluable as e:
+            yield str(e), _site(i)
+            continue
+        poll_first = i.operands[1] in values
+        other = i.operands[2] if poll_first else i.operands[1]
+
+        def past(seen: int, other=other, op=op, poll_first=poll_first):
+            value = immediate(other)
+            if value is None:
+                value = evaluate(other, define, dict.fromkeys(epoch, seen))
+            return threshold(op.predicate, poll_first, value)
+
+        yield thresholds(past, g), _site(i)
 
 
 def _is_signal(ins: Instr) -> bool:

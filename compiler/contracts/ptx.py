@@ -310,3 +310,71 @@ def _add(table: dict[Reg, set[int]], keys: list[Reg], values: set[int]) -> bool:
             cur |= values
             grew = True
     return grew
+
+
+# -- integer arithmetic, for arith.evaluate -----------------------------------------------------
+
+_TYPE = re.compile(r"^[sub](\d+)$")
+_PTX_KINDS = {"mov": "mov", "add": "add", "sub": "sub", "mad": "mad", "shl": "shl", "shr": "shr", "and": "and",
+              "or": "or", "xor": "xor", "not": "not", "neg": "neg", "div": "div", "rem": "rem", "min": "min",
+              "max": "max", "selp": "select", "setp": "cmp", "cvt": "cvt", "mul": "mul"}
+_IMMEDIATE = re.compile(r"^-?(?:0[xX][0-9a-fA-F]+|\d+)$")
+
+
+def immediate(text: str) -> int | None:
+    """An integer operand's value (PTX writes 8, -8, 0x1F; floats as 0f…/0d…), or None."""
+    return int(text, 0) if _IMMEDIATE.match(text) else None
+
+
+def definitions(ptx: Ptx) -> dict[Reg, list[Instr]]:
+    """Each register's defining instructions (its first operand: not stores, branches, barriers)."""
+    out: dict[Reg, list[Instr]] = {}
+    for ins in ptx.instrs:
+        if ins.operands and ins.base not in ("st", "bra", "bar", "barrier", "red", "call", "ret") \
+                and ins.operands[0].startswith("%"):
+            out.setdefault((ins.function, ins.operands[0]), []).append(ins)
+    return out
+
+
+def integer_op(ins: Instr):
+    """The instruction as an arith.Op, or NotEvaluable (a load, a float, a predicated definition)."""
+    from .arith import NotEvaluable, Op
+
+    pieces = ins.opcode.split(".")
+    kind = _PTX_KINDS.get(pieces[0])
+    types = [int(m.group(1)) for t in pieces[1:] if (m := _TYPE.match(t))]
+    if kind is None or ins.predicate or not types and not ins.has("pred"):
+        raise NotEvaluable(f"`{ins.opcode}` at ptx line {ins.line}")
+    signed = any(t.startswith("s") and _TYPE.match(t) for t in pieces[1:])
+    operands = []
+    for text in ins.operands[1:]:
+        value = immediate(text)
+        if value is None and not re.fullmatch(r"%\w+", text):
+            raise NotEvaluable(f"operand {text!r} of `{ins.opcode}` at ptx line {ins.line}")
+        operands.append(text if value is None else value)
+    bits = types[0] if types else 1
+    if kind == "cvt":  # cvt.<to>.<from>: widen by the source's signedness, or narrow
+        if len(types) != 2 or len(pieces) != 3:
+            raise NotEvaluable(f"`{ins.opcode}` at ptx line {ins.line}")
+        to, frm = types
+        ext = "sext" if pieces[2].startswith("s") else "zext"
+        return Op(ext if frm < to else "mov", to, tuple(operands), from_bits=min(frm, to))
+    if kind == "cmp":
+        if len(operands) != 2:  # setp's combining forms (setp.lt.and …) and two-predicate results
+            raise NotEvaluable(f"`{ins.opcode}` at ptx line {ins.line}")
+        predicate = pieces[1].lstrip("u") if pieces[1] in ("lt", "le", "gt", "ge", "eq", "ne", "lo", "ls", "hi",
+                                                            "hs") else ""
+        predicate = {"lo": "lt", "ls": "le", "hi": "gt", "hs": "ge"}.get(predicate, predicate)
+        if not predicate:
+            raise NotEvaluable(f"`{ins.opcode}` at ptx line {ins.line}")
+        return Op("cmp", bits, tuple(operands), signed=signed, predicate=predicate)
+    if kind == "select":
+        return Op("select", bits, (operands[2], operands[0], operands[1]))
+    if kind in ("mul", "mad"):
+        if ins.has("hi"):
+            if kind == "mad":
+                raise NotEvaluable(f"`{ins.opcode}` at ptx line {ins.line}")
+            return Op("mulhi", bits, tuple(operands), signed=signed)
+        if ins.has("wide"):
+            return Op(kind, 2 * bits, tuple(operands), signed=signed, from_bits=bits)
+    return Op(kind, bits, tuple(operands), signed=signed)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 CONTRACTS = {
-    "I0": "integrity", "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency", "C4": "liveness",
-    "C5": "epochs", "I1": "release signals", "I2": "acquire waits", "I3": "coherent loads",
-    "I4": "declared sites", "S1": "read-only streams", "S2": "armed bytes",
+    "P0": "planned", "I0": "integrity", "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency",
+    "C4": "liveness", "C5": "epochs", "I1": "release signals", "I2": "acquire waits", "I3": "coherent loads",
+    "I4": "declared sites", "I5": "edge counters", "S1": "read-only streams", "S2": "armed bytes",
 }
 
 
