@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -68,6 +69,7 @@ def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spin
     from ..compiler.recipe import load_recipe
     from ..compiler.schedule import read_schedule
 
+    signal.signal(signal.SIGTERM, _terminated)
     # validate all before writing
     loaded = [with_stage_clock(with_debug_waits(retarget(load_recipe(path), target, sm_count), debug_wait_spins),
                                stage_clock) for path in recipes]
@@ -80,6 +82,12 @@ def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spin
                    f"{result.cached} from cache)")
         for note in result.derived:
             click.echo(f"  schedule {note}")
+
+
+def _terminated(signum, _frame):
+    """SIGTERM ends a compile as an interrupt does: its temporary directories are removed (the
+    workers end by themselves, compiler/build.py) and nothing half-written is left."""
+    raise SystemExit(128 + signum)
 
 
 class _progress:

@@ -9,7 +9,11 @@
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 import sys
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, replace
@@ -65,6 +69,50 @@ def with_stage_clock(recipe: Recipe, on: bool) -> Recipe:
     if not on:
         return recipe
     return replace(recipe, name=f"{recipe.name}-clock", deployment=replace(recipe.deployment, stage_clock=True))
+
+
+def _worker_init(compile_pid: int) -> None:
+    """A compile worker lives only as long as the compile that started it: Ctrl-C is the
+    compile's to handle (not a traceback from every worker), and a thread ends the worker, and
+    the assembler it may be running, within a fifth of a second of the compile's end however it
+    ended (an exception, SIGTERM, SIGKILL). Without it a killed compile's workers, whose task
+    queue never closes, kept running and holding the terminal's output."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_end_with, args=(compile_pid,), daemon=True, name="end-with-compile").start()
+
+
+def _end_with(compile_pid: int) -> None:
+    while _alive(compile_pid):
+        time.sleep(0.2)
+    for child in _children(os.getpid()):
+        try:
+            os.kill(child, signal.SIGKILL)
+        except OSError:
+            pass
+    os._exit(1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # the pid is taken by another user's process: ours is gone
+        return False
+    return True
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc; elsewhere none are known)."""
+    out = []
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = entry.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(entry.parent.name))
+    return out
 
 
 def _compile_one(args: tuple[Program, Target]) -> CodeObject:
@@ -141,7 +189,7 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
                                              f"derives (compiler/fallback.py); write an entry for {p.kind} "
                                              f"{p.band.name} in schedules/{target.name}.yaml")
             derived[(p.kind, p.band)] = Derived(p.kind, p.band, rung + 1, now.why if now else what)
-    package = write_package(out_dir, plan, programs, codes, keys)
+    package = write_package(out_dir, plan, codes, keys)
     return BuildResult(package, len(programs), compiled, len(programs) - misses,
                        tuple(d.describe() for d in derived.values()))
 
@@ -177,8 +225,14 @@ def _compile_plan(plan: Plan, target: Target, cache: CodeCache, digest: str, job
             finish(key, _compile_one(item))
     else:
         context = multiprocessing.get_context("spawn" if sys.platform == "darwin" else "forkserver")
-        with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        pool = ProcessPoolExecutor(max_workers=jobs, mp_context=context, initializer=_worker_init,
+                                   initargs=(os.getpid(),))
+        done_ok = False
+        try:
             futures = {pool.submit(_compile_one, item): key for key, item in work}
             for future in as_completed(futures):
                 finish(futures[future], future.result())
+            done_ok = True
+        finally:  # on an error or an interrupt, not waiting for the running compiles (their workers end with us)
+            pool.shutdown(wait=done_ok, cancel_futures=True)
     return programs, keys, codes, sum(len(v) for v in misses.values())

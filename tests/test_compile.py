@@ -163,7 +163,7 @@ def test_a_grid_that_cannot_be_coresident_gets_a_derived_schedule(tiny_recipe, t
     manifest = read_manifest(result.package)
     layer = next(p for p in manifest.programs if p.name == "layer.r1t1.persistent")
     assert layer.grid == 4 and layer.resources.ctas_per_unit >= 1
-    assert "derived" in json.loads((result.package / "manifest.json").read_text())["schedule"]
+    assert "derived" in json.loads((result.package / "manifest.json").read_text())["schedule"]["source"]
 
 
 def _with_fake_stack(monkeypatch, when):
@@ -328,3 +328,58 @@ def test_the_wheel_holds_every_subpackage_and_its_data(tmp_path):
                 want.add(f"{package}/{path.relative_to(REPO / folder).as_posix()}")
     assert want - names == set(), "left out of the wheel"
     assert not any(n.startswith("tests/") for n in names)
+
+
+def _descendants(pid: int) -> set[int]:
+    from monobuild.compiler.build import _children
+
+    out, todo = set(), [pid]
+    while todo:
+        for child in _children(todo.pop()):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _running(pid: int) -> bool:
+    """Alive and not a zombie (a zombie has ended; only its exit status waits to be read)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self"), reason="reads the process tree from Linux's /proc")
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_killed_compile_leaves_no_process_behind(tiny_recipe, tmp_path, how):
+    """A cold --jobs 2 compile killed while its workers compile: every process it started has
+    ended within seconds (the workers' assemblers included), and nothing is written to --out."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    compile_ = subprocess.Popen([sys.executable, "-m", "monobuild", "compile", str(tiny_recipe()), "--out",
+                                 str(tmp_path / "out"), "--cache", str(tmp_path / "cache"), "--jobs", "2"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while len(_descendants(compile_.pid)) < 4 and time.monotonic() < deadline:  # tracker, server, 2 workers
+            time.sleep(0.05)
+        started = _descendants(compile_.pid)
+        assert len(started) >= 4 and compile_.poll() is None, "the compile ended before its workers started"
+        compile_.send_signal(getattr(signal, how))
+        assert compile_.wait(timeout=30) == (143 if how == "SIGTERM" else -9)
+        deadline = time.monotonic() + 15
+        while any(_running(p) for p in started | set().union(*map(_descendants, started))) \
+                and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [p for p in started if _running(p)]
+        assert not left, f"still running after {how}: {left}"
+        assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))
+    finally:
+        try:
+            os.killpg(compile_.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
