@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -85,10 +86,8 @@ def _end_with(compile_pid: int) -> None:
     while _alive(compile_pid):
         time.sleep(0.2)
     for child in _children(os.getpid()):
-        try:
+        with contextlib.suppress(OSError):
             os.kill(child, signal.SIGKILL)
-        except OSError:
-            pass
     os._exit(1)
 
 

@@ -64,8 +64,9 @@ def write_code(pkg: Path, program: str, binary: bytes) -> None:
 
 def rebuild_code(pkg: Path, program: str) -> None:
     """``program``'s code object built again from its (planted) IR, as the compiler would have
-    built it (``code_from_ir``; on gfx9 the AMDGCN written beside it too): a defect planted in the
-    IR then ships in a consistent package."""
+    built it (``code_from_ir``; on gfx9 the AMDGCN written beside it too, and the fingerprint of
+    the LLVM IR recorded): a defect planted in the IR then ships in a consistent package."""
+    import hashlib
     import json
 
     from monobuild.compiler.targets import TARGETS
@@ -77,4 +78,6 @@ def rebuild_code(pkg: Path, program: str) -> None:
     binary, amdgcn = code_from_ir((pkg / spec["ir"][CHECKED_IR[target.backend]]).read_text(), target)
     if amdgcn is not None:
         (pkg / spec["ir"]["amdgcn"]).write_text(amdgcn)
+    spec["fingerprint"] = hashlib.sha256((pkg / spec["ir"]["llir"]).read_text().encode()).hexdigest()
+    (pkg / "manifest.json").write_text(json.dumps(doc))
     write_code(pkg, program, binary)

@@ -1,5 +1,6 @@
 """The compile pipeline end to end on CPU: code objects, manifest, cache, determinism, the CLI."""
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -379,7 +380,5 @@ def test_a_killed_compile_leaves_no_process_behind(tiny_recipe, tmp_path, how):
         assert not left, f"still running after {how}: {left}"
         assert not (tmp_path / "out").exists() or not any((tmp_path / "out").rglob("manifest.json"))
     finally:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(compile_.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass

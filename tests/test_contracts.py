@@ -274,6 +274,14 @@ def abi_names_swapped(pkg):
     _edit_manifest(pkg, edit)
 
 
+def edited_fingerprint(pkg):
+    _edit_manifest(pkg, lambda d: _program(d).__setitem__("fingerprint", "0" * 64))
+
+
+def edited_cache_key(pkg):
+    _edit_manifest(pkg, lambda d: _program(d).__setitem__("cache_key", "0" * 64))
+
+
 def step_skips_a_layer(pkg):
     """The first step's launches lose the last decoder layer's (the head then reads layer L-2's output)."""
     def edit(d):
@@ -405,13 +413,17 @@ DEFECTS = [
     ("sm_90", abi_names_swapped, "P0", "manifest"),
     ("gfx950", abi_names_swapped, "P0", "manifest"),
     ("sm_90", step_skips_a_layer, "P0", "steps[0]"),
+    ("sm_90", edited_fingerprint, "I0", "code"),
+    ("gfx950", edited_fingerprint, "I0", "code"),
+    ("sm_90", edited_cache_key, "P0", "manifest"),
     ("gfx950", step_skips_a_layer, "P0", "steps[0]"),
     ("gfx950", amd_relaxed_first_poll, "I2", "llir block"),
 ]
 
 
-#: the defects planted in the code object itself (the rest are planted in the IR or the plan)
-BINARY_PLANTS = {tampered_code, binary_of_relaxed_ptx, binary_of_relaxed_llir, amdgcn_not_of_its_llir}
+#: the defects planted in the code object or its fingerprint, which the package is not rebuilt after
+#: (the rest are planted in the IR or the plan, and the code object built as the compiler would)
+NOT_REBUILT = {tampered_code, binary_of_relaxed_ptx, binary_of_relaxed_llir, amdgcn_not_of_its_llir, edited_fingerprint}
 
 
 @pytest.mark.parametrize("target,plant,contract,where", DEFECTS, ids=[d[1].__name__ for d in DEFECTS])
@@ -419,7 +431,7 @@ def test_each_planted_defect_is_caught(packages, tmp_path, target, plant, contra
     pkg = tmp_path / "pkg"
     shutil.copytree(packages[target], pkg)
     plant(pkg)
-    if plant not in BINARY_PLANTS:
+    if plant not in NOT_REBUILT:
         rebuild_code(pkg, LAYER)
     report = check_package(pkg)
     caught = [v for v in report.violations if v.contract == contract and v.program == LAYER and v.where.startswith(where)]

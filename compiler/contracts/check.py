@@ -9,6 +9,7 @@ building it again (I0).
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -81,6 +82,8 @@ def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Vio
     checked = _ir_text(package, p, CHECKED_IR[target.backend])
     amdgcn = None if target.is_nvidia else _ir_text(package, p, "amdgcn")
     why = _not_built_from_its_ir(checked, amdgcn, binary, target)
+    if why is None and hashlib.sha256(_ir_text(package, p, "llir").encode()).hexdigest() != p.fingerprint:
+        why = "the manifest's fingerprint is not the sha256 of the program's LLVM IR: the record or the IR was edited"
     if why:
         return [Violation(p.name, "code", "I0", why)]
     found = plan_violations(manifest, p, _ctas_per_unit(p, binary, amdgcn, target))

@@ -7,8 +7,10 @@ would notice a record that no planner wrote: two arguments' names swapped (the r
 by name, so the layer's weights reach the wrong parameters), a step that skips a layer or runs
 one twice, a launch flag or a constant changed. So ``check`` plans the package again with the
 compiler's own planner and requires every plan-derived field of every program record, and
-every step's launches, to be what it makes; the fields the code objects decide (symbol, block,
-shared memory, resources, tensor maps) are C3's and I0's.
+every step's launches, to be what it makes, and each record's cache key to be the key of the
+program this compiler emits for it (so a package of another build of the compiler is compiled
+again, not vouched for); the fields the code objects decide (symbol, block, shared memory,
+resources, tensor maps) are C3's and I0's.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import json
 from pathlib import Path
 
 from ...manifest import Manifest
+from ..cache import cache_key
+from ..emit import emit, emitter_digest
 from ..errors import InputError
 from ..package import planned_record, steps_record
 from ..plan import plan_recipe
@@ -66,6 +70,8 @@ def provenance_violations(package: Path, manifest: Manifest) -> list[Violation]:
         return [Violation("package", "manifest", "P0", f"the planner cannot plan the manifest's own geometry, "
                                                        f"deployment and schedule: {e}")]
     out: list[Violation] = []
+    programs = {p.name: p for p in plan.programs}
+    target, digest = TARGETS[manifest.target], emitter_digest()
     planned = {p.name: json.loads(json.dumps(planned_record(p))) for p in plan.programs}
     recorded = {p["name"]: p for p in doc["programs"]}
     for name in sorted(set(recorded) - set(planned)):
@@ -77,6 +83,11 @@ def provenance_violations(package: Path, manifest: Manifest) -> list[Violation]:
         found = _first_difference({k: recorded[name].get(k) for k in want}, want)
         if found:
             out.append(Violation(name, "manifest", "P0", f"the record is not the planner's: {found}"))
+        elif recorded[name].get("cache_key") != (key := cache_key(emit(programs[name]), target, digest)):
+            out.append(Violation(name, "manifest", "P0", f"cache_key {str(recorded[name].get('cache_key'))[:16]}… is "
+                                                         f"not the key of the program this compiler emits for it "
+                                                         f"({key[:16]}…): the package was built by another build of "
+                                                         "monobuild, or the key was edited; compile it again"))
     steps = json.loads(json.dumps(steps_record(plan)))
     for k, step in enumerate(doc["steps"]):
         want = next((s for s in steps if s["band"] == step.get("band") and s["mode"] == step.get("mode")), None)
