@@ -7,9 +7,12 @@ used here, so a serving image needs nothing of the compiler.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
-from dataclasses import dataclass
+import types
+import typing
+from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
@@ -113,7 +116,67 @@ def _inside(rel) -> str:
     return rel
 
 
+def _typed(value, hint, where: str) -> None:
+    """Raise TypeError naming ``where`` unless ``value`` has the annotated type ``hint`` (the
+    records' own annotations: int, float, str, bool, X | None, tuple[X, ...], tuple[X, Y],
+    nested records; ``object`` is anything). JSON gives lists where records hold tuples, so the
+    readers build the records first and this walks them: a string where a count belongs, a
+    list where a name belongs, a bool where an int belongs are refused here, not met later."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is object:
+        return
+    if origin in (typing.Union, types.UnionType):
+        if not any(_accepts(value, a) for a in args):
+            raise TypeError(f"{where}: {type(value).__name__} where {hint} belongs")
+        for a in args:
+            if _accepts(value, a):
+                _typed(value, a, where)
+                return
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            raise TypeError(f"{where}: {type(value).__name__} where a list belongs")
+        items = args[:1] * len(value) if len(args) == 2 and args[1] is Ellipsis else args
+        if len(items) != len(value):
+            raise TypeError(f"{where}: {len(value)} items where {len(items)} belong")
+        for k, (v, h) in enumerate(zip(value, items)):
+            _typed(v, h, f"{where}[{k}]")
+        return
+    if is_dataclass(hint):
+        if not isinstance(value, hint):
+            raise TypeError(f"{where}: {type(value).__name__} where a record belongs")
+        hints = _hints(hint)
+        for f in fields(hint):
+            _typed(getattr(value, f.name), hints[f.name], f"{where}.{f.name}")
+        return
+    if not _accepts(value, hint):
+        raise TypeError(f"{where}: {type(value).__name__} {str(value)[:40]!r} where {hint.__name__} belongs")
+
+
+@functools.cache
+def _hints(record: type) -> dict:
+    return typing.get_type_hints(record)
+
+
+def _accepts(value, hint) -> bool:
+    if hint is type(None):
+        return value is None
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    base = typing.get_origin(hint) or hint
+    return isinstance(value, base) if isinstance(base, type) else True
+
+
 def manifest_from_json(doc: dict) -> Manifest:
+    """The manifest's records from its JSON, every field of the declared type (TypeError naming
+    the field otherwise: ``read_manifest`` reports it)."""
+    manifest = _manifest_records(doc)
+    _typed(manifest, Manifest, "manifest")
+    return manifest
+
+
+def _manifest_records(doc: dict) -> Manifest:
     if not isinstance(doc, dict):
         raise PackageError("the manifest is not a JSON object")
     if type(doc.get("format")) is not int or doc["format"] != MANIFEST_FORMAT:

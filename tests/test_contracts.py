@@ -274,6 +274,21 @@ def abi_names_swapped(pkg):
     _edit_manifest(pkg, edit)
 
 
+def block_not_the_codes(pkg):
+    """The layer launched with half the threads it was compiled for (and the record's threads to
+    match): on gfx9 nothing would stop it, and half of every tile would go uncomputed."""
+    def edit(d):
+        p = _program(d)
+        p["block"] //= 2
+        p["resources"]["threads"] = p["block"]
+
+    _edit_manifest(pkg, edit)
+
+
+def misreported_registers(pkg):
+    _edit_manifest(pkg, lambda d: _program(d)["resources"].__setitem__("registers", 32))
+
+
 def edited_fingerprint(pkg):
     _edit_manifest(pkg, lambda d: _program(d).__setitem__("fingerprint", "0" * 64))
 
@@ -413,6 +428,9 @@ DEFECTS = [
     ("sm_90", abi_names_swapped, "P0", "manifest"),
     ("gfx950", abi_names_swapped, "P0", "manifest"),
     ("sm_90", step_skips_a_layer, "P0", "steps[0]"),
+    ("sm_90", block_not_the_codes, "C3", "launch"),
+    ("gfx950", block_not_the_codes, "C3", "launch"),
+    ("sm_90", misreported_registers, "C3", "launch"),
     ("sm_90", edited_fingerprint, "I0", "code"),
     ("gfx950", edited_fingerprint, "I0", "code"),
     ("sm_90", edited_cache_key, "P0", "manifest"),

@@ -3,7 +3,10 @@ naming the file (exit 2), never a traceback, a hang or a wrong meaning.
 
 The named cases are the classes of issue 23; ``test_mutated_inputs_plan_or_fail_in_one_line`` is a
 seeded, CI-sized fuzz over every field of the recipe and the config (``FUZZ_CASES`` of them;
-``MONOBUILD_FUZZ_CASES=N`` runs more, ``MONOBUILD_FUZZ_SEED`` others).
+``MONOBUILD_FUZZ_CASES=N`` runs more, ``MONOBUILD_FUZZ_SEED`` others), and
+``test_mutated_manifests_are_refused_or_caught`` one over every field, at any depth, of a compiled
+package's manifest through the runtime's reader, ``inspect`` and ``check``
+(``MONOBUILD_MANIFEST_CASES``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from monobuild.cli.main import main
 from .conftest import DATA
 
 FUZZ_CASES = int(os.environ.get("MONOBUILD_FUZZ_CASES", "200"))
+MANIFEST_CASES = int(os.environ.get("MONOBUILD_MANIFEST_CASES", "40"))
 HOSTILE = [None, -1, 0, 1, 2**31, 2**70, 1e308, float("nan"), float("inf"), -0.5, "", "x" * 5000, "false", "true",
            True, False, [], [1, 2], {"a": 1}, [[[[[1]]]]], "../../etc", "\u00e9\u0000"]
 
@@ -200,3 +204,67 @@ def test_a_schedule_table_that_is_not_a_readable_file_is_one_line(tiny_recipe, t
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(f"monobuild: error: {path}"), result.output
     assert not (tmp_path / "out").exists()
+
+
+def _json_paths(node, prefix=()):
+    """Every field of a JSON document, at any depth: dict keys and list positions."""
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in items:
+        yield (*prefix, key)
+        yield from _json_paths(value, (*prefix, key))
+
+
+def test_mutated_manifests_are_refused_or_caught(tiny_package, tmp_path):
+    """One field of the manifest, anywhere in it, replaced by a hostile value or dropped: the
+    runtime's reader refuses it (PackageError) or reads it; ``inspect`` exits 0 or 2 and ``check``
+    0, 1 (a violation) or 2 (one line), never with a traceback; and where ``check`` vouches for
+    the package (exit 0), the runtime reads exactly what it read before the mutation (labels
+    aside): nothing is accepted with another meaning."""
+    import dataclasses
+
+    from monobuild.manifest import PackageError, read_manifest
+
+    def what_runs(package):
+        return dataclasses.replace(read_manifest(package), recipe="", toolchain=())
+
+    rng = random.Random(int(os.environ.get("MONOBUILD_FUZZ_SEED", "23")))
+    base = json.loads((tiny_package / "manifest.json").read_text())
+    before = what_runs(tiny_package)
+    paths = list(_json_paths(base))
+    outcomes = {"refused by the reader": 0, "a violation": 0, "vouched for, unchanged": 0}
+    for _ in range(MANIFEST_CASES):
+        doc = json.loads(json.dumps(base))
+        path = rng.choice(paths)
+        parent = doc
+        for key in path[:-1]:
+            parent = parent[key]
+        if rng.random() < 0.15:
+            del parent[path[-1]]
+        else:
+            parent[path[-1]] = rng.choice(HOSTILE)
+        package = tmp_path / "pkg"
+        shutil.rmtree(package, ignore_errors=True)
+        shutil.copytree(tiny_package, package)
+        (package / "manifest.json").write_text(json.dumps(doc))
+        try:
+            read_manifest(package)
+            readable = True
+        except PackageError:
+            readable = False
+        codes = {}
+        for command in ("inspect", "check"):
+            result = CliRunner().invoke(main, [command, str(package)])
+            assert result.exception is None or isinstance(result.exception, SystemExit), (
+                f"{'.'.join(map(str, path))}: {command}: {type(result.exception).__name__}: {result.exception}")
+            if result.exit_code == 2:
+                lines = result.output.strip().splitlines()
+                assert len(lines) == 1 and lines[0].startswith("monobuild: error: "), result.output
+            codes[command] = result.exit_code
+        assert codes["inspect"] in (0, 2) and codes["check"] in (0, 1, 2), (path, codes)
+        assert readable == (codes["inspect"] == 0), (path, codes, readable)
+        if codes["check"] == 0:
+            assert what_runs(package) == before, f"{'.'.join(map(str, path))}: accepted with another meaning"
+        outcomes["refused by the reader" if not readable else
+                 "a violation" if codes["check"] else "vouched for, unchanged"] += 1
+    print(f"{MANIFEST_CASES} mutated manifests:", ", ".join(f"{n} {what}" for what, n in outcomes.items()))
+    assert outcomes["refused by the reader"] and outcomes["a violation"], outcomes

@@ -10,6 +10,7 @@ building it again (I0).
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from ...manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
 from ..errors import CompileError, InputError
-from ..resources import amd_resources, nvidia_resources
+from ..resources import Resources, amd_resources, nvidia_resources
 from ..targets import TARGETS, Target
 from ..toolchain import CHECKED_IR, code_from_ir
 from .plan_rules import plan_violations
@@ -52,10 +53,33 @@ def _ir_text(package: Path, p: ProgramSpec, kind: str) -> str:
         raise InputError(str(package / rel), None, f"missing (the {kind} of {p.name})") from None
 
 
-def _ctas_per_unit(p: ProgramSpec, binary: bytes, amdgcn: str | None, target: Target) -> int:
+def _code_resources(p: ProgramSpec, binary: bytes, amdgcn: str | None, target: Target) -> Resources:
     if target.is_nvidia:
-        return nvidia_resources(binary, p.shared_bytes, p.block, target).ctas_per_unit
-    return amd_resources(amdgcn, p.shared_bytes, p.block, target).ctas_per_unit
+        return nvidia_resources(binary, p.shared_bytes, p.block, target)
+    return amd_resources(amdgcn, p.shared_bytes, p.block, target)
+
+
+_PTX_THREADS = re.compile(r"^\s*\.(?:reqntid|maxntid)\s+(\d+)(?:\s*,\s*1){0,2}\s*$", re.M)
+_AMD_THREADS = re.compile(r"^\s*\.max_flat_workgroup_size:\s+(\d+)", re.M)
+_PTX_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(")
+_AMD_NAME = re.compile(r"^\s*\.name:\s+([\w$.]+)\s*$", re.M)
+
+
+def _launch_violations(p: ProgramSpec, checked: str, amdgcn: str | None, target: Target) -> list[Violation]:
+    """C3: the launch the manifest describes is the one the code was compiled for: its kernel
+    symbol is the code's, and its block the threads the code requires (sm_90's ``.reqntid``, which
+    the driver enforces; gfx9's flat workgroup size, which nothing enforces: fewer threads would
+    leave a slice of every tile uncomputed)."""
+    symbols = _PTX_ENTRY.findall(checked) if target.is_nvidia else _AMD_NAME.findall(amdgcn or "")
+    threads = (_PTX_THREADS if target.is_nvidia else _AMD_THREADS).findall(checked if target.is_nvidia else amdgcn)
+    out = []
+    if p.symbol not in symbols:
+        out.append(Violation(p.name, "launch", "C3", f"symbol {p.symbol!r} is not the code's kernel "
+                                                     f"({', '.join(symbols) or 'none found'})"))
+    if [int(t) for t in threads] != [p.block]:
+        out.append(Violation(p.name, "launch", "C3", f"block {p.block} is not the threads the code was compiled for "
+                                                     f"({', '.join(threads) or 'not stated'})"))
+    return out
 
 
 def _not_built_from_its_ir(checked: str, amdgcn: str | None, binary: bytes, target: Target) -> str | None:
@@ -86,7 +110,8 @@ def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Vio
         why = "the manifest's fingerprint is not the sha256 of the program's LLVM IR: the record or the IR was edited"
     if why:
         return [Violation(p.name, "code", "I0", why)]
-    found = plan_violations(manifest, p, _ctas_per_unit(p, binary, amdgcn, target))
+    found = _launch_violations(p, checked, amdgcn, target)
+    found += plan_violations(manifest, p, _code_resources(p, binary, amdgcn, target))
     if target.is_nvidia:
         from .nvidia import check_ptx
         from .ptx import parse_ptx

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ...manifest import Manifest, ProgramSpec
 from ..executor import tensordesc_block
+from ..resources import Resources
 from .violations import Violation
 
 INT64_MAX = 2**63 - 1
@@ -125,20 +126,24 @@ def no_overwrite_in_flight(p: ProgramSpec) -> list[Violation]:
     return out
 
 
-def residency(p: ProgramSpec, sm_count: int, ctas_per_unit: int, target: str) -> list[Violation]:
+def residency(p: ProgramSpec, sm_count: int, code: Resources, target: str) -> list[Violation]:
     """C3: the grid fits co-resident; a persistent program spills nothing to local/private memory.
 
-    ``ctas_per_unit`` is recomputed from the code object, not taken from the manifest.
+    ``code`` is recomputed from the code object, not taken from the manifest; the manifest's
+    record must agree with it field by field.
     """
     out = []
     res = p.resources
-    why = f"{res.registers} registers, {res.shared_bytes} B shared memory, {res.threads} threads per CTA"
+    ctas_per_unit = code.ctas_per_unit
+    why = f"{code.registers} registers, {code.shared_bytes} B shared memory, {code.threads} threads per CTA"
     unit = "SM" if target.startswith("sm_") else "CU"
     if ctas_per_unit == 0:
         out.append(Violation(p.name, "launch", "C3", f"no CTA fits on an {unit} ({why})"))
-    if ctas_per_unit != res.ctas_per_unit:
-        out.append(Violation(p.name, "launch", "C3", f"the manifest says {res.ctas_per_unit} CTAs per {unit}; "
-                                                     f"the code object allows {ctas_per_unit} ({why})"))
+    wrong = [f"{f} {getattr(res, f)!r} (the code: {getattr(code, f)})" for f in code.__dataclass_fields__
+             if getattr(res, f) != getattr(code, f)]
+    if wrong:
+        out.append(Violation(p.name, "launch", "C3", "the manifest's resources are not the code object's: "
+                                                     + ", ".join(wrong)))
     waits_on_ctas = bool(p.syncs)  # its CTAs wait on each other's signals
     if waits_on_ctas and not p.launch_cooperative:
         out.append(Violation(p.name, "launch", "C3",
@@ -151,9 +156,9 @@ def residency(p: ProgramSpec, sm_count: int, ctas_per_unit: int, target: str) ->
                                  f"grid {p.grid} exceeds the co-resident capacity {ctas_per_unit} × {sm_count} "
                                  f"{unit}s = {ctas_per_unit * sm_count} ({why}): its CTAs would wait on CTAs that "
                                  "never start"))
-        if res.spill_bytes or res.stack_bytes:
+        if code.spill_bytes or code.stack_bytes:
             out.append(Violation(p.name, "launch", "C3",
-                                 f"a persistent program spills {res.spill_bytes} B and uses {res.stack_bytes} B of "
+                                 f"a persistent program spills {code.spill_bytes} B and uses {code.stack_bytes} B of "
                                  "stack (private memory): its state must live in registers and shared memory"))
     return out
 
@@ -187,6 +192,6 @@ def epochs(p: ProgramSpec, manifest: Manifest) -> list[Violation]:
     return []
 
 
-def plan_violations(manifest: Manifest, p: ProgramSpec, ctas_per_unit: int) -> list[Violation]:
+def plan_violations(manifest: Manifest, p: ProgramSpec, code: Resources) -> list[Violation]:
     return [*happens_before(p), *no_overwrite_in_flight(p),
-            *residency(p, manifest.sm_count, ctas_per_unit, manifest.target), *liveness(p), *epochs(p, manifest)]
+            *residency(p, manifest.sm_count, code, manifest.target), *liveness(p), *epochs(p, manifest)]

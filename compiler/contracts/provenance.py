@@ -65,11 +65,15 @@ def provenance_violations(package: Path, manifest: Manifest) -> list[Violation]:
     src = str(package / "manifest.json")
     doc = json.loads((package / "manifest.json").read_text())
     try:
-        plan = plan_recipe(_recipe(manifest, src), schedule_from_json(doc.get("schedule"), src))
+        recipe = _recipe(manifest, src)
+        plan = plan_recipe(recipe, schedule_from_json(doc.get("schedule"), src))
     except (InputError, ValueError, KeyError, TypeError) as e:
         return [Violation("package", "manifest", "P0", f"the planner cannot plan the manifest's own geometry, "
                                                        f"deployment and schedule: {e}")]
     out: list[Violation] = []
+    derived = _first_difference(manifest.deployment.to_json(), recipe.deployment.package_record().to_json())
+    if derived:  # the roles' dtypes follow from the dtype and the quantization, as the compiler writes them
+        out.append(Violation("package", "deployment", "P0", f"the record is not what its own fields make: {derived}"))
     programs = {p.name: p for p in plan.programs}
     target, digest = TARGETS[manifest.target], emitter_digest()
     planned = {p.name: json.loads(json.dumps(planned_record(p))) for p in plan.programs}
