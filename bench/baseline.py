@@ -52,6 +52,8 @@ class TorchDecodeStep:
         key_pos = torch.arange(pages * block, device=tokens.device)
         # Row b's token j sees cached positions < position + 1 (its own and the step's earlier tokens).
         visible = key_pos[None, :] <= positions.long()[:, None]  # every row live: the bench pads none
+        if g.sliding_window:  # and, in a window, those > position − window
+            visible &= key_pos[None, :] > positions.long()[:, None] - g.sliding_window
         for layer, lw in enumerate(w.layers):
             qkv = _rms(x, lw.attn_norm, eps) @ lw.projection("w_qkv", x.dtype).T
             if lw.b_qkv is not None:

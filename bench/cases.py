@@ -75,15 +75,22 @@ def random_band_step(package, band: str, context: int, mode: str, seed: int = 0)
     return step, random_case(package, [context] * rows, tokens, blocks, seed).inputs, rows, tokens
 
 
-def poison_past_context(caches, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int) -> None:
-    """NaN into every slot of each live row's last page past its context (after this step's tokens).
+def poison_past_context(caches, block_tables: torch.Tensor, context_lens: torch.Tensor, block_size: int,
+                        window: int = 0, tokens: int = 1) -> None:
+    """NaN into every slot of each live row's last page past its context (after this step's tokens),
+    and with a sliding window into every position before the first its step's queries see.
 
-    A serving engine's cache holds stale or never-written values there; a program that loads them
-    into its arithmetic (NaN × a zero softmax weight is NaN) shows up as NaN logits.
+    A serving engine's cache holds stale or never-written values there (an engine may free and
+    reuse the pages that left the window); a program that loads them into its arithmetic (NaN ×
+    a zero softmax weight is NaN) shows up as NaN logits.
     """
     for b, ctx in enumerate(context_lens.tolist()):
-        if ctx == 0 or ctx % block_size == 0:
+        if ctx == 0:
             continue
-        block = int(block_tables[b, ctx // block_size])
-        for t in caches:
-            t[block, ctx % block_size:] = float("nan")
+        if ctx % block_size:
+            block = int(block_tables[b, ctx // block_size])
+            for t in caches:
+                t[block, ctx % block_size:] = float("nan")
+        for pos in range(max(0, ctx - tokens - window + 1) if window else 0):
+            for t in caches:
+                t[int(block_tables[b, pos // block_size]), pos % block_size] = float("nan")

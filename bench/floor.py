@@ -100,7 +100,8 @@ def floor_launches(manifest: Manifest, band: Band, context: int, variant: str,
     launches = []
     for launch in step.launches:
         p = manifest.program(launch.program)
-        chunks = tuple(_chunks(s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context) for s in p.stages)
+        attended = manifest.geometry.attended(context)
+        chunks = tuple(_chunks(s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * attended) for s in p.stages)
         launches.append(FloorLaunch(variant, p.name, p.grid, -(-p.grid // manifest.sm_count), p.block // 32, p.launch_pdl,
                                     p.launch_cooperative, chunks))
     if variant in ("one_launch", "streaming_one_launch"):

@@ -53,32 +53,37 @@ def prefill(model, prompts: list[torch.Tensor]):
     return caches, torch.stack(last)
 
 
-def batched_cache(caches, lengths: list[int]):
-    """Left-pad the rows' caches into one batch cache and its attention mask."""
+def batched_cache(caches):
+    """Left-pad the rows' caches into one batch cache and its attention mask. A row's cache holds
+    the positions it keeps: all of its prompt, or with a sliding window transformers' last ones,
+    which then end, as the others, just before the next token (decode passes positions itself)."""
     from transformers import DynamicCache
 
-    longest = max(lengths)
+    kept = [c[0][0].shape[2] for c in caches]
+    longest = max(kept)
     layers = []
     for layer in range(len(caches[0])):
         k0, _ = caches[0][layer]
         shape = (len(caches), k0.shape[1], longest, k0.shape[3])
         k, v = k0.new_zeros(shape), k0.new_zeros(shape)
-        for b, n in enumerate(lengths):
+        for b, n in enumerate(kept):
             k[b, :, longest - n:] = caches[b][layer][0][0]
             v[b, :, longest - n:] = caches[b][layer][1][0]
         layers.append((k, v))
     mask = torch.zeros(len(caches), longest, dtype=torch.long, device=k0.device)
-    for b, n in enumerate(lengths):
+    for b, n in enumerate(kept):
         mask[b, longest - n:] = 1
     return DynamicCache(layers), mask
 
 
-def fill_paged(kv: KVCache, caches, block_tables: torch.Tensor, block_size: int) -> None:
-    """Copy each row's prefill K/V [1, kv_heads, n, head_dim] into its pages of the paged cache."""
+def fill_paged(kv: KVCache, caches, block_tables: torch.Tensor, block_size: int, lengths: list[int]) -> None:
+    """Copy each row's prefill K/V [1, kv_heads, n, head_dim] into its pages of the paged cache, at
+    their positions: the prompt's last n (all of it, or with a sliding window the ones
+    transformers keeps; the positions before them are never seen again)."""
     for b, layers in enumerate(caches):
         for layer, (k, v) in enumerate(layers):
             n = k.shape[2]
-            pos = torch.arange(n, device=k.device)
+            pos = torch.arange(lengths[b] - n, lengths[b], device=k.device)
             blocks = block_tables[b, pos // block_size].long()
             kv.k[layer][blocks, pos % block_size] = k[0].transpose(0, 1).to(kv.k[layer].dtype)
             kv.v[layer][blocks, pos % block_size] = v[0].transpose(0, 1).to(kv.v[layer].dtype)

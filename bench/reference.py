@@ -65,9 +65,10 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
             for j in range(tokens_per_row):
                 t = b * tokens_per_row + j
                 n = int(positions[t]) + 1
+                lo = max(0, n - g.sliding_window) if g.sliding_window else 0  # transformers: key > query − window
                 pages = block_tables[b, : -(-n // block)].long()
-                keys = kc[pages].reshape(-1, nkv, d)[:n].to(cd)
-                vals = vc[pages].reshape(-1, nkv, d)[:n].to(cd)
+                keys = kc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
+                vals = vc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
                 keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
                 scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
                 attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)

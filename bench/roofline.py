@@ -17,5 +17,5 @@ def step_bytes(manifest: Manifest, band: Band, context: int, mode: str | None = 
     total = 0
     for launch in step.launches:
         for stage in manifest.program(launch.program).stages:
-            total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context
+            total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * manifest.geometry.attended(context)
     return total

@@ -53,7 +53,7 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
         flags = ", ".join(f for f, on in (("PDL", p.launch_pdl), ("cooperative", p.launch_cooperative)) if on)
         lines.append(f"program {p.name}: grid {p.grid} × {p.num_warps} warps{' (' + flags + ')' if flags else ''}")
         for s in p.stages:
-            moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * context
+            moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * g.attended(context)
             lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}  {s.task}")
         for op in p.ops:
             if op.needs:

@@ -99,6 +99,42 @@ def _rope(cfg: dict, source: str) -> tuple[float, str, RopeScaling | None]:
     return float(theta), "llama3", rs
 
 
+def _sliding_window(cfg: dict, source: str, family: str) -> int:
+    """The attention window every layer uses, as transformers reads the config (0: none).
+
+    Mistral windows every layer where ``sliding_window`` is set (v0.1: 4096; v0.3 sets null).
+    Qwen2 and Qwen3 only with ``use_sliding_window``, and then the layers from ``max_window_layers`` on;
+    ``layer_types`` says it per layer where a config lists them. A window on some layers but not
+    others is refused: the layer programs are one per band and mode, shared by every layer."""
+    window = cfg.get("sliding_window")
+    if family == "llama" or family in ("qwen2", "qwen3") and not _field(cfg, source, "use_sliding_window", bool,
+                                                                        default=False, required=False):
+        window = None  # Llama's config has no window; Qwen's is off unless use_sliding_window
+    if window is None:
+        return 0
+    window = _field(cfg, source, "sliding_window", int)
+    layers = _field(cfg, source, "num_hidden_layers", int)
+    if isinstance(cfg.get("layer_types"), list):
+        kinds = cfg["layer_types"]
+        windowed = [k == "sliding_attention" for k in kinds]
+        if len(kinds) != layers or any(k not in ("sliding_attention", "full_attention") for k in kinds):
+            raise InputError(source, "layer_types", f"expected {layers} of sliding_attention / full_attention")
+    elif family in ("qwen2", "qwen3"):
+        first = cfg.get("max_window_layers") or 0
+        if not isinstance(first, int) or isinstance(first, bool) or first < 0:
+            raise InputError(source, "max_window_layers", f"expected a layer index, got {show(first)}")
+        windowed = [i >= first for i in range(layers)]
+    else:
+        windowed = [True] * layers
+    if all(windowed):
+        return window
+    if not any(windowed):
+        return 0
+    field = "layer_types" if isinstance(cfg.get("layer_types"), list) else "max_window_layers"
+    raise InputError(source, field, "a sliding window on some layers and full attention on others is not served "
+                                    "(one layer program serves every layer)")
+
+
 def geometry_from_config(cfg: dict, source: str) -> Geometry:
     """Validate a parsed config.json and return its Geometry; errors name ``source`` and the field."""
     if not isinstance(cfg, dict):
@@ -132,9 +168,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     for name, value in (("hidden_size", hidden), ("intermediate_size", intermediate)):
         if value % 64:
             raise InputError(source, name, f"must be a multiple of 64, got {value}")
-    window = cfg.get("sliding_window")
-    if window and cfg.get("use_sliding_window", family == "mistral"):
-        raise InputError(source, "sliding_window", "sliding-window attention is not served")
+    window = _sliding_window(cfg, source, family)
     theta, rope_kind, rope_scaling = _rope(cfg, source)
     max_positions = _field(cfg, source, "max_position_embeddings", int)
     vocab = _field(cfg, source, "vocab_size", int)
@@ -160,6 +194,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         qkv_bias=qkv_bias,
         qk_norm=qk_norm,
         max_positions=max_positions,
+        sliding_window=window,
     )
     # an unserved quantization is refused here, whoever reads the config
     check_packing(quant_from_config(cfg, source), geometry, source)

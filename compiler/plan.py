@@ -84,10 +84,10 @@ class Plan:
 
     def step_bytes(self, band: Band, context: int) -> int:
         """Bytes a step of this band must move at ``context`` tokens per row (the roofline's numerator)."""
-        total = 0
+        total, attended = 0, self.recipe.geometry.attended(context)
         for launch in self.step(band, self.recipe.deployment.modes[0]).launches:
             for stage in self.program(launch.program).stages:
-                total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * context
+                total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * attended
         return total
 
 
@@ -272,6 +272,8 @@ class Planner:
         in_subs = f", each as {sub} sub-tiles with their own softmax states" if sub > 1 else ""
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
                                           if long_kt > kt else "")
+        if g.sliding_window:
+            kv_tiles += f", over the last {g.sliding_window} positions (sliding window)"
         streams = self._streams(entry, mode)
         norm_stages = bool(entry.norm_stages)
         bn = self._block_n(entry)
@@ -280,7 +282,7 @@ class Planner:
             "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
-            "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages,
+            "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "WINDOW": g.sliding_window,
             "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": sub,
             "SPLITS": splits,
             "SP": max(2, next_pow2(splits)), "BN": bn, "BK": self._block_k(entry),

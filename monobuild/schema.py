@@ -158,6 +158,13 @@ class Geometry:
     qkv_bias: bool
     qk_norm: bool
     max_positions: int
+    # sliding-window attention: a query at position p sees the keys at positions > p − window
+    # (transformers' mask), in every layer; 0: full causal attention
+    sliding_window: int = 0
+
+    def attended(self, context: int) -> int:
+        """Cached positions a row of ``context`` tokens attends to: all, or the window's."""
+        return min(context, self.sliding_window) if self.sliding_window else context
 
     @property
     def qkv_rows(self) -> int:

@@ -92,7 +92,7 @@ def main(case: dict, workdir: Path) -> dict:
     positions = torch.cat([torch.arange(int(c) - tokens, int(c)) if c else torch.zeros(tokens, dtype=torch.long)
                            for c in ctx]).to(torch.int32)
     ids = torch.randint(0, g.vocab, (rows * tokens,), generator=gen, dtype=torch.int32)
-    poison_past_context(k_caches + v_caches, tables, ctx, block_size)
+    poison_past_context(k_caches + v_caches, tables, ctx, block_size, g.sliding_window, tokens)
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 

@@ -58,6 +58,12 @@ def _config(tmp_path, **edits):
     ({"hidden_size": 2**31}, "hidden_size"),
     ({"hidden_size": 65536, "intermediate_size": 65536}, "intermediate_size"),
     ({"head_dim": None, "hidden_size": 64, "num_attention_heads": 128, "num_key_value_heads": 128}, "head_dim"),
+    ({"model_type": "mistral", "sliding_window": -4}, "sliding_window"),
+    ({"model_type": "mistral", "sliding_window": "4096"}, "sliding_window"),
+    ({"model_type": "mistral", "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"]},
+     "layer_types"),
+    ({"model_type": "qwen2", "use_sliding_window": True, "sliding_window": 64, "max_window_layers": 1},
+     "max_window_layers"),
 ])
 def test_config_values_that_would_mean_something_else_are_refused(tiny_recipe, tmp_path, edits, field):
     recipe = tiny_recipe()

@@ -1,8 +1,9 @@
 """The staged programs — and the persistent ones, planned for one CTA — under Triton's CPU
 interpreter match the float64 reference.
 
-Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE and a Qwen3-like with
-q/k norm), 1..8 rows with different contexts, a dead (padding) row, a speculative verify band, and
+Tiny geometries (hidden 256, 2 layers, GQA 4:1, Llama-like with llama3 RoPE, a Qwen3-like with
+q/k norm, a Mistral-like with a sliding window), 1..8 rows with different contexts, a dead
+(padding) row, a speculative verify band, and
 qkv/o/down split over K (the hidden state then travels as partial sums), attention splits
 long enough for the long KV tile beside ones that walk the short tile, and the GEMVs' register
 double-buffer beside the shipped pipeline (one loop over a CTA's tasks × K chunks; every CTA
@@ -63,6 +64,11 @@ CASES = [
     ("tiny-qwen2-gqa3.json", "bf16", 2, 1, [50, 300], "persistent"),
     ("tiny-qwen3.json", "bf16", 1, 6, [90], "persistent"),
     ("tiny-llama.json", "bf16", 2, 1, [33, 120], "persistent_cta_staging"),
+    # sliding-window attention (Mistral v0.1's, here 40 positions): rows past the window, one whose
+    # window starts one position into its first page, a verify band whose queries' windows differ
+    ("tiny-mistral-window.json", "fp32", 4, 1, [130, 20, 0, 41]),
+    ("tiny-mistral-window.json", "bf16", 1, 6, [200]),
+    ("tiny-mistral-window.json", "fp32", 2, 1, [300, 57], "persistent"),
     # FP8 checkpoints (block-scaled E4M3 projections, 32×64 and 64×128 blocks): the shipped
     # pipeline, the register double-buffer, K splits, the persistent program
     ("tiny-qwen3-fp8.json", "bf16", 2, 1, [60, 200]),

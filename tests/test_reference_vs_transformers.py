@@ -1,5 +1,7 @@
 """The float64 reference step — what the interpreter tests measure the programs against — agrees
-with transformers' own models on CPU: Llama (llama3 RoPE scaling, tied head) and Qwen3 (q/k norm).
+with transformers' own models on CPU: Llama (llama3 RoPE scaling, tied head), Qwen3 (q/k norm) and
+Mistral with a sliding window (a 40-position window under 130-token prompts: transformers keeps
+only the window's last positions in its cache).
 
 Each row's prompt is prefilled by the transformers model; its cache is copied into the paged KV
 cache (rows scattered over random blocks) and the next tokens are run through both. Both
@@ -28,7 +30,7 @@ BLOCK = 16
 
 
 @pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json",
-                                    "tiny-llama-fp8.json", "tiny-qwen3-fp8.json"])
+                                    "tiny-llama-fp8.json", "tiny-qwen3-fp8.json", "tiny-mistral-window.json"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
@@ -48,8 +50,8 @@ def test_reference_step_matches_transformers(config, tokens):
     positions = torch.tensor(lengths)[:, None] + torch.arange(tokens)[None, :]
     with torch.no_grad():
         caches, _ = prefill(model, prompts)
-        fill_paged(kv, caches, tables, BLOCK)
-        cache, mask = batched_cache(caches, lengths)
+        fill_paged(kv, caches, tables, BLOCK, lengths)
+        cache, mask = batched_cache(caches)
         mask = torch.cat([mask, torch.ones(rows, tokens, dtype=torch.long)], 1)
         want = model(input_ids=new, position_ids=positions, attention_mask=mask, past_key_values=cache).logits
     got = reference_step(g, weights, list(kv.k), list(kv.v), new.flatten().to(torch.int32),

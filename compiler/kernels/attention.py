@@ -56,36 +56,44 @@ def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
-def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, t, end, cached, h, NKV: tl.constexpr, D: tl.constexpr,
-             BS: tl.constexpr):
+def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, t, end, cached, seen, h, NKV: tl.constexpr, D: tl.constexpr,
+             BS: tl.constexpr, WINDOW: tl.constexpr):
     """K and V [..., D] of the cached tokens p0 · BS + t (t: the tile's token offsets, of any shape)
-    of one row's block table (``table_ptr``), KV head h, those in pages past ``end`` masked, and
-    which of them are in the context."""
+    of one row's block table (``table_ptr``), KV head h, those in pages past ``end`` masked;
+    which of them are in the context (with a sliding window, from ``seen``, the first position
+    any query of the row sees: an engine may have reused the slots before it); and their positions."""
     d = tl.arange(0, D)
     page = p0 + t // BS
     block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
     slot = (block * BS + t % BS) * NKV + h
     # A page's slots past the context hold whatever the cache held (stale or never written,
     # possibly NaN); they are not loaded, since a NaN value times a zero weight is NaN.
-    in_context = (page < end) & (page * BS + t % BS < cached)
+    token = page * BS + t % BS
+    in_context = (page < end) & (token < cached)
+    if WINDOW > 0:
+        in_context = in_context & (token >= seen)
     row = tl.expand_dims(slot, -1) * D
     k = tl.load(k_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
     v = tl.load(v_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
-    return k, v, in_context
+    return k, v, in_context, token
 
 
 @triton.jit
-def _attend_tile(q, k, v, in_context, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
-    """The online-softmax state after one KV tile (tokens outside the context masked); q, k, v
-    and the state may carry a leading batch dimension."""
-    scores = tl.where(tl.expand_dims(in_context, -2), mm(q, k, DOT_IEEE), float("-inf"))
+def _attend_tile(q, k, v, in_context, token, lo, m_i, l_i, acc, WINDOW: tl.constexpr, DOT_IEEE: tl.constexpr):
+    """The online-softmax state after one KV tile (tokens outside the context masked, and with a
+    sliding window those before each query row's first visible position ``lo``); q, k, v, the
+    state and ``lo`` ([..., rows]) may carry a leading batch dimension."""
+    visible = tl.expand_dims(in_context, -2)
+    if WINDOW > 0:
+        visible = visible & (tl.expand_dims(token, -2) >= tl.expand_dims(lo, -1))
+    scores = tl.where(visible, mm(q, k, DOT_IEEE), float("-inf"))
     return _softmax_update(scores, v, m_i, l_i, acc, DOT_IEEE)
 
 
 @triton.jit
-def _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, h, NKV: tl.constexpr,
-                  D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
-                  DOT_IEEE: tl.constexpr):
+def _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, seen, h,
+                  NKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
+                  WINDOW: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Online-softmax attention of q over the cached pages [first, end) of one row's block table,
     KV head h, from the state (m_i, l_i, acc): KT tokens (KT / BS pages) per iteration (one page
     per iteration would pay a dependent block-table → K/V round trip for every BS tokens).
@@ -94,16 +102,16 @@ def _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, 
     block-table load, and the pipeliner gives each of the two levels (KV_STAGES − 1) / 2 stages:
     (KV_STAGES − 1) // 2 K/V tiles in flight (3 → 1, 5 → 2, 7 → 3; read in the TTGIR)."""
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
-        k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tl.arange(0, KT), end, cached, h, NKV, D,
-                                    BS)
-        m_i, l_i, acc = _attend_tile(q, k, v, in_context, m_i, l_i, acc, DOT_IEEE)
+        k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tl.arange(0, KT), end, cached,
+                                           seen, h, NKV, D, BS, WINDOW)
+        m_i, l_i, acc = _attend_tile(q, k, v, in_context, token, lo, m_i, l_i, acc, WINDOW, DOT_IEEE)
     return m_i, l_i, acc
 
 
 @triton.jit
-def _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, h,
+def _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, seen, h,
                        NKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
-                       KV_STAGES: tl.constexpr, SUB: tl.constexpr, DOT_IEEE: tl.constexpr):
+                       KV_STAGES: tl.constexpr, SUB: tl.constexpr, WINDOW: tl.constexpr, DOT_IEEE: tl.constexpr):
     """``_attend_pages`` with each KT-token tile cut into SUB sub-tiles of KT / SUB consecutive
     tokens, sub-tile w feeding online-softmax state w, merged into (m_i, l_i, acc) once after the
     walk.
@@ -119,13 +127,15 @@ def _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, fi
     QP: tl.constexpr = q.shape[0]
     ST: tl.constexpr = KT // SUB
     q3 = tl.broadcast_to(q[None, :, :], (SUB, QP, D))
+    lo3 = tl.broadcast_to(lo[None, :], (SUB, QP))
     m3 = tl.full([SUB, QP], float("-inf"), tl.float32)
     l3 = tl.zeros([SUB, QP], tl.float32)
     acc3 = tl.zeros([SUB, QP, D], tl.float32)
     tok = tl.arange(0, SUB)[:, None] * ST + tl.arange(0, ST)[None, :]  # [SUB, ST]: token of the tile
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
-        k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tok, end, cached, h, NKV, D, BS)
-        m3, l3, acc3 = _attend_tile(q3, k, v, in_context, m3, l3, acc3, DOT_IEEE)
+        k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tok, end, cached, seen, h, NKV, D,
+                                           BS, WINDOW)
+        m3, l3, acc3 = _attend_tile(q3, k, v, in_context, token, lo3, m3, l3, acc3, WINDOW, DOT_IEEE)
     # Merge the SUB states and the incoming one.
     m_new = tl.maximum(m_i, tl.max(m3, axis=0))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -143,14 +153,17 @@ def _task_coords(task, NKV: tl.constexpr, SPLITS: tl.constexpr):
 
 
 @triton.jit
-def _split_pages(ctx, s, TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr):
+def _split_pages(ctx, s, TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, WINDOW: tl.constexpr):
     """A row of context ctx, split s: its cached tokens (the context before this step's own) and
-    the split's share of their pages [first, end), out of per_split a split."""
+    the split's share of the pages [first, end) its queries see, out of per_split a split: every
+    cached page, or with a sliding window those from the one holding the first query's first
+    visible position ``seen`` (cached − WINDOW + 1; later queries see less, and mask the rest)."""
     cached = tl.where(ctx > 0, ctx - TOKENS, 0)
     pages = tl.cdiv(cached, BS)
-    per_split = tl.cdiv(pages, SPLITS)
-    first = s * per_split
-    return cached, first, tl.minimum(first + per_split, pages), per_split
+    seen = tl.maximum(cached - WINDOW + 1, 0) if WINDOW > 0 else 0  # the row's first visible position
+    per_split = tl.cdiv(pages - seen // BS, SPLITS)
+    first = seen // BS + s * per_split
+    return cached, first, tl.minimum(first + per_split, pages), per_split, seen
 
 
 @triton.jit
@@ -163,7 +176,7 @@ def _walks_long_tiles(per_split, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl
 def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
                  TASKS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
                  SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr, QP: tl.constexpr,
-                 TP: tl.constexpr):
+                 TP: tl.constexpr, WINDOW: tl.constexpr):
     """What an attention task reads that the qkv stage does not write, so a CTA loads it before
     its wait: the row's context length, the positions of its query rows (``_attn_task``'s i) and
     of its own tokens (j'), and the first KT cached tokens of its split (written by earlier steps).
@@ -179,31 +192,35 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
     q_pos = tl.load(positions_ptr + b * TOKENS + i % TOKENS, mask=(i < GROUP * TOKENS) & (ctx > 0), other=0)
     jn = tl.arange(0, TP)
     n_pos = tl.load(positions_ptr + b * TOKENS + jn, mask=(jn < TOKENS) & (ctx > 0), other=0)
-    cached, first, end, per_split = _split_pages(ctx, s, TOKENS, SPLITS, BS)
+    cached, first, end, per_split, seen = _split_pages(ctx, s, TOKENS, SPLITS, BS, WINDOW)
     end = tl.where(_walks_long_tiles(per_split, BS, KT, LONG_KT), first, tl.minimum(end, first + KT // BS))
-    k, v, in_context = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first, tl.arange(0, KT),
-                                end, cached, h, NKV, D, BS)
-    return ctx, q_pos, n_pos, k, v, in_context
+    k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first,
+                                       tl.arange(0, KT), end, cached, seen, h, NKV, D, BS, WINDOW)
+    return ctx, q_pos, n_pos, k, v, in_context, token
 
 
 @triton.jit
-def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr,
+def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv_ptr, QKV_PARTS: tl.constexpr,
+               rope_ptr,
                q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
                M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
                TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
-               TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr):
+               TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
+               WINDOW: tl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens.
 
     qkv holds QKV_PARTS split-K partials of the [M, NQKV] projection, added as they are loaded.
     The row's context length ctx, the positions q_pos and n_pos and the split's first KV tile
-    (k_first, v_first, in_first) are loaded by the caller (``_task_inputs``).
+    (k_first, v_first, in_first, t_first: its positions) are loaded by the caller (``_task_inputs``).
+    With a sliding window, query row i sees the positions from q_pos[i] − WINDOW + 1 on.
     """
     GROUP: tl.constexpr = NQ // NKV
     NQKV: tl.constexpr = (NQ + 2 * NKV) * D
     b, h, s = _task_coords(task, NKV, SPLITS)
-    cached, first, end, per_split = _split_pages(ctx, s, TOKENS, SPLITS, BS)
+    cached, first, end, per_split, seen = _split_pages(ctx, s, TOKENS, SPLITS, BS, WINDOW)
     live = ctx > 0
+    lo = q_pos - WINDOW + 1  # each query row's first visible position (used only with a window)
     kv_dtype = k_cache_ptr.dtype.element_ty
 
     # Query rows i = g·TOKENS + j: head h·GROUP + g, token j of row b.
@@ -236,19 +253,22 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV
     rest = first + KT // BS
     if LONG_KT > KT and _walks_long_tiles(per_split, BS, KT, LONG_KT):
         if KV_SUB > 1:
-            m_i, l_i, acc = _attend_substreams(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached,
-                                               h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, KV_SUB, DOT_IEEE)
+            m_i, l_i, acc = _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end,
+                                               cached, seen, h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, KV_SUB, WINDOW,
+                                               DOT_IEEE)
         else:
-            m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached, h,
-                                          NKV, D, BS, LONG_KT, LONG_KV_STAGES, DOT_IEEE)
+            m_i, l_i, acc = _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached,
+                                          seen, h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, WINDOW, DOT_IEEE)
     else:
-        m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, m_i, l_i, acc, DOT_IEEE)
-        m_i, l_i, acc = _attend_pages(q, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, h, NKV,
-                                      D, BS, KT, KV_STAGES, DOT_IEEE)
+        m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, t_first, lo, m_i, l_i, acc, WINDOW, DOT_IEEE)
+        m_i, l_i, acc = _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, seen,
+                                      h, NKV, D, BS, KT, KV_STAGES, WINDOW, DOT_IEEE)
 
     if s == SPLITS - 1:  # the last split also attends to the step's own tokens, causally
         scores = mm(q, k_new, DOT_IEEE)
         causal = (jn[None, :] <= (i % TOKENS)[:, None]) & n_valid[None, :]
+        if WINDOW > 0:
+            causal = causal & (n_pos[None, :] >= lo[:, None])
         scores = tl.where(causal, scores, float("-inf"))
         m_i, l_i, acc = _softmax_update(scores, v_new, m_i, l_i, acc, DOT_IEEE)
 
@@ -269,10 +289,10 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV
 def attention_prefetch(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
                        ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
                        SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
-                       QP: tl.constexpr, TP: tl.constexpr):
+                       QP: tl.constexpr, TP: tl.constexpr, WINDOW: tl.constexpr):
     """The CTA's first task's inputs that the qkv op does not write (``_task_inputs``)."""
     return _task_inputs(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                        ROWS * NKV * SPLITS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP)
+                        ROWS * NKV * SPLITS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)
 
 
 @triton.jit
@@ -282,17 +302,17 @@ def attention_op(pid, pre, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_pt
                  SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                  KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
                  TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
-                 G: tl.constexpr):
+                 WINDOW: tl.constexpr, G: tl.constexpr):
     """The CTA's attention tasks, task t on CTA t mod G; ``pre`` is ``attention_prefetch``'s."""
     TASKS: tl.constexpr = ROWS * NKV * SPLITS
-    ctx, q_pos, n_pos, k_first, v_first, in_first = pre
+    ctx, q_pos, n_pos, k_first, v_first, in_first, t_first = pre
     # num_stages=1: the next task's inputs are already loaded a task ahead; the pipeliner would
     # move the context-length load into shared memory, where C4 cannot follow it to the stores.
     for task in tl.range(pid, TASKS, G, num_stages=1):
-        _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, qkv_ptr, QKV_PARTS, rope_ptr, q_norm_ptr,
-                   k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
-                   ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES, KV_SUB, QP,
-                   TP, QK_NORM, EPS, DOT_IEEE)
-        ctx, q_pos, n_pos, k_first, v_first, in_first = _task_inputs(
+        _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv_ptr, QKV_PARTS, rope_ptr,
+                   q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr,
+                   part_ml_ptr, ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES,
+                   KV_SUB, QP, TP, QK_NORM, EPS, DOT_IEEE, WINDOW)
+        ctx, q_pos, n_pos, k_first, v_first, in_first, t_first = _task_inputs(
             task + G, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, TASKS,
-            NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP)
+            NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)

@@ -185,7 +185,7 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
          ("positions_ptr", tensor("positions", "i32", "step_input")),
          ("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]),
          *((k, p[k]) for k in ("ROWS", "NQ", "NKV", "D", "TOKENS", "SPLITS", "BS", "KT", "LONG_KT", "KV_STAGES",
-                               "LONG_KV_STAGES", "KV_SUB", "QP", "TP", "QK_NORM", "EPS", "DOT_IEEE")),
+                               "LONG_KV_STAGES", "KV_SUB", "QP", "TP", "QK_NORM", "EPS", "DOT_IEEE", "WINDOW")),
          ("G", s.grid)),
         writes=(r["k_cache"], r["v_cache"], r["part_acc"], r["part_ml"]), reads=("qkv", "k_cache", "v_cache"),
         needs=(Need("qkv", "the q, k and v columns of the task's KV head (all K-split partials)"),),

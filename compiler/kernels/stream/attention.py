@@ -55,10 +55,16 @@ def _rope_rows(raw_ptr, PARTS: gl.constexpr, STRIDE: gl.constexpr, row_off, col0
 
 
 @gluon.jit
-def _in_context(p0, t, end, cached, BS: gl.constexpr):
-    """Which of a tile's token offsets t (pages from p0) are cached tokens of the split."""
+def _in_context(p0, t, end, cached, seen, BS: gl.constexpr, WINDOW: gl.constexpr):
+    """Which of a tile's token offsets t (pages from p0) are cached tokens of the split (with a
+    sliding window, from ``seen``, the first position any query of the row sees: the slots before
+    it are not read into the arithmetic, since an engine may have reused them)."""
     page = p0 + t // BS
-    return (page < end) & (page * BS + t % BS < cached)
+    token = page * BS + t % BS
+    ok = (page < end) & (token < cached)
+    if WINDOW > 0:
+        ok = ok & (token >= seen)
+    return ok
 
 
 @gluon.jit
@@ -106,13 +112,16 @@ def _to_warps(x, WARPS: gl.constexpr, layout: gl.constexpr):
 
 
 @gluon.jit
-def _split_pages(ctx, s, TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.constexpr):
-    """A row of context ctx, split s: its cached tokens and the split's pages [first, end)."""
+def _split_pages(ctx, s, TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.constexpr, WINDOW: gl.constexpr):
+    """A row of context ctx, split s: its cached tokens, the split's pages [first, end) and the
+    row's first visible position ``seen``: every cached page, or with a sliding window those from
+    the one holding the first query's first visible position (cached − WINDOW + 1)."""
     cached = gl.where(ctx > 0, ctx - TOKENS, 0)
     pages = gl.cdiv(cached, BS)
-    per_split = gl.cdiv(pages, SPLITS)
-    first = s * per_split
-    return cached, first, gl.minimum(first + per_split, pages)
+    seen = gl.maximum(cached - WINDOW + 1, 0) if WINDOW > 0 else 0
+    per_split = gl.cdiv(pages - seen // BS, SPLITS)
+    first = seen // BS + s * per_split
+    return cached, first, gl.minimum(first + per_split, pages), seen
 
 
 @gluon.jit
@@ -150,7 +159,7 @@ def _tile_blocks(table, p0, end, STEP: gl.constexpr, layout: gl.constexpr):
 @gluon.jit
 def load_kv(pid, i, ring, ready, empty, k_tiles, v_tiles, block_tables_ptr, bt_stride, context_lens_ptr,
             ROWS: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
-            BS: gl.constexpr, KT: gl.constexpr, G: gl.constexpr):
+            BS: gl.constexpr, KT: gl.constexpr, WINDOW: gl.constexpr, G: gl.constexpr):
     """The loader's walk of the attention op: for each of the CTA's tasks, each KT-token tile of
     its split's pages, in the order the compute warps use them, one unit a tile. ``k_tiles`` and
     ``v_tiles`` are TMA descriptors of the caches as [blocks · BS, NKV · D] ([BS, D] boxes: a page
@@ -166,7 +175,7 @@ def load_kv(pid, i, ring, ready, empty, k_tiles, v_tiles, block_tables_ptr, bt_s
         b = task // (SPLITS * NKV)
         h = (task // SPLITS) % NKV
         ctx = gl.load(context_lens_ptr + b)
-        cached, first, end = _split_pages(ctx, task % SPLITS, TOKENS, SPLITS, BS)
+        cached, first, end, seen = _split_pages(ctx, task % SPLITS, TOKENS, SPLITS, BS, WINDOW)
         table = block_tables_ptr + b * bt_stride
         blocks, j = _tile_blocks(table, first, end, STEP, lanes)
         for p0 in range(first, end, STEP):
@@ -190,11 +199,12 @@ def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PART
                q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr,
                part_ml_ptr, M: gl.constexpr, NQ: gl.constexpr, NKV: gl.constexpr, D: gl.constexpr,
                TOKENS: gl.constexpr, SPLITS: gl.constexpr, BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr,
-               TP: gl.constexpr, QK_NORM: gl.constexpr, EPS: gl.constexpr):
+               TP: gl.constexpr, QK_NORM: gl.constexpr, EPS: gl.constexpr, WINDOW: gl.constexpr):
     """Task (row b, KV head h, split s): attention of the row's GQA group of query heads × tokens
     over the split's cached pages (the ring's units from ``i`` on), the last split also over the
     step's own tokens (causally); split 0 appends the step's K and V to the cache (a dead row
-    stores nothing). Returns the CTA's place in its stream past the task's tiles."""
+    stores nothing). With a sliding window, query row r sees the positions from
+    q_pos[r] − WINDOW + 1 on. Returns the CTA's place in its stream past the task's tiles."""
     WARPS: gl.constexpr = gl.num_warps()
     SLOTS: gl.constexpr = ring.shape[0]
     GROUP: gl.constexpr = NQ // NKV
@@ -209,7 +219,7 @@ def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PART
     b = task // (SPLITS * NKV)
     h = (task // SPLITS) % NKV
     s = task % SPLITS
-    cached, first, end = _split_pages(ctx, s, TOKENS, SPLITS, BS)
+    cached, first, end, seen = _split_pages(ctx, s, TOKENS, SPLITS, BS, WINDOW)
     live = ctx > 0
     kv_dtype: gl.constexpr = k_cache_ptr.dtype.element_ty
 
@@ -243,6 +253,8 @@ def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PART
     wv = gl.arange(0, WARPS, layout=gl.SliceLayout(1, gl.SliceLayout(2, wb_layout)))
     jv = gl.arange(0, TW, layout=gl.SliceLayout(0, gl.SliceLayout(2, wb_layout)))
     t_v = wv[:, None] * TW + jv[None, :]  # the values' token offsets
+    if WINDOW > 0:  # each query row's first visible position, along the scores' query dimension
+        lo_w = gl.convert_layout(q_pos - WINDOW + 1, gl.SliceLayout(0, gl.SliceLayout(2, w_layout)))
     if s == 0:  # append the new K/V (the walk reads only older positions); a dead row stores nothing
         table = block_tables_ptr + b * bt_stride
         page = gl.load(table + n_pos // BS, mask=n_valid, other=0).to(gl.int64)
@@ -259,8 +271,11 @@ def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PART
         mbarrier.arrive(empty.index(slot))
         i += 1
         scores = mma_v2(q_w, k_b, gl.zeros([WARPS, QP, TW], gl.float32, w_layout))
-        scores = gl.where(_in_context(p0, t_s, end, cached, BS)[:, None, :], scores, float("-inf"))
-        v_b = gl.where(_in_context(p0, t_v, end, cached, BS)[:, :, None], v_b, 0.0)
+        scores = gl.where(_in_context(p0, t_s, end, cached, seen, BS, WINDOW)[:, None, :], scores, float("-inf"))
+        if WINDOW > 0:
+            visible = gl.expand_dims(p0 * BS + t_s, 1) >= gl.expand_dims(gl.expand_dims(lo_w, 0), 2)
+            scores = gl.where(visible, scores, float("-inf"))
+        v_b = gl.where(_in_context(p0, t_v, end, cached, seen, BS, WINDOW)[:, :, None], v_b, 0.0)
         m_w, l_w, acc_w = _warp_softmax_step(scores, v_b, m_w, l_w, acc_w, wa_layout)
 
     acc_layout: gl.constexpr = mma_cols(WARPS)
@@ -275,6 +290,10 @@ def _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PART
                         gl.zeros([QP, TP], gl.float32, acc_layout))
         jn_s = gl.arange(0, TP, layout=gl.SliceLayout(0, acc_layout))
         causal = (jn_s[None, :] <= (i_s % TOKENS)[:, None]) & (jn_s < TOKENS)[None, :] & live
+        if WINDOW > 0:
+            n_at = gl.convert_layout(n_pos, gl.SliceLayout(0, acc_layout))
+            lo_at = gl.convert_layout(q_pos - WINDOW + 1, gl.SliceLayout(1, acc_layout))
+            causal = causal & (n_at[None, :] >= lo_at[:, None])
         scores = gl.where(causal, scores, float("-inf"))
         m_i, l_i, acc = _softmax_step(scores, gl.convert_layout(v_new, b_layout), m_i, l_i, acc, a_layout)
 
@@ -302,7 +321,7 @@ def stream_attention(pid, i, ring, ready, empty, xring, pre, qkv_ptr, QKV_PARTS:
                      positions_ptr, part_acc_ptr, part_ml_ptr, ROWS: gl.constexpr, NQ: gl.constexpr,
                      NKV: gl.constexpr, D: gl.constexpr, TOKENS: gl.constexpr, SPLITS: gl.constexpr,
                      BS: gl.constexpr, KT: gl.constexpr, QP: gl.constexpr, TP: gl.constexpr, QK_NORM: gl.constexpr,
-                     EPS: gl.constexpr, G: gl.constexpr):
+                     EPS: gl.constexpr, WINDOW: gl.constexpr, G: gl.constexpr):
     """The compute warps' side of the attention op: the CTA's tasks, task t on CTA t mod G, their
     KV tiles from the ring (``load_kv``); ``pre`` is ``stream_attention_prefetch``'s. Returns the
     CTA's place in its stream."""
@@ -311,7 +330,7 @@ def stream_attention(pid, i, ring, ready, empty, xring, pre, qkv_ptr, QKV_PARTS:
     for task in range(pid, TASKS, G):
         i = _attn_task(i, ring, ready, empty, task, ctx, q_pos, n_pos, qkv_ptr, QKV_PARTS, rope_ptr, q_norm_ptr,
                        k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
-                       ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, QP, TP, QK_NORM, EPS)
+                       ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, QP, TP, QK_NORM, EPS, WINDOW)
         ctx, q_pos, n_pos = _task_inputs(task + G, context_lens_ptr, positions_ptr, TASKS, NQ, NKV, D, TOKENS, SPLITS,
                                          QP, TP)
     return i
