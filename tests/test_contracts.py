@@ -434,6 +434,7 @@ DEFECTS = [
     ("sm_90", edited_fingerprint, "I0", "code"),
     ("gfx950", edited_fingerprint, "I0", "code"),
     ("sm_90", edited_cache_key, "P0", "manifest"),
+    ("gfx950", edited_cache_key, "P0", "manifest"),
     ("gfx950", step_skips_a_layer, "P0", "steps[0]"),
     ("gfx950", amd_relaxed_first_poll, "I2", "llir block"),
 ]
