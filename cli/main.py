@@ -60,10 +60,16 @@ def main():
 @click.option("--schedule", "schedule_path", type=click.Path(path_type=Path),
               help="Use this schedule table instead of the shipped schedules/<target>.yaml (e.g. one "
                    "`monobuild tune --out` wrote, or an ablation).")
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON (one object a package).")
+@click.option("--quiet", "-q", "verbosity", flag_value=0, help="No progress on stderr.")
+@click.option("--verbose", "-v", "verbosity", flag_value=2, help="A line on stderr for each program compiled.")
 @_one_line_errors
 def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spins, stage_clock,  # noqa: A001 (the name)
-            schedule_path):
-    """Compile RECIPES into packages under OUT/<recipe>/<target>/."""
+            schedule_path, as_json, verbosity):
+    """Compile RECIPES into packages under OUT/<recipe>/<target>/.
+
+    Progress goes to stderr: a bar on a terminal, otherwise a line every few seconds (--verbose:
+    one a program, --quiet: none)."""
     from ..compiler.build import build, retarget, with_debug_waits, with_stage_clock
     from ..compiler.env import default_cache_dir
     from ..compiler.recipe import load_recipe
@@ -75,13 +81,21 @@ def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spin
                                stage_clock) for path in recipes]
     schedule = read_schedule(schedule_path) if schedule_path else None
     cache_dir = cache_dir or default_cache_dir()
+    results = []
     for recipe in loaded:
-        with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:
+        with _progress(f"{recipe.name} → {recipe.deployment.target.name}", 1 if verbosity is None else verbosity) \
+                as report:
             result = build(recipe, out_dir, cache_dir, jobs, progress=report, schedule=schedule)
-        click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
-                   f"{result.cached} from cache)")
-        for note in result.derived:
-            click.echo(f"  schedule {note}")
+        results.append({"package": str(result.package), "recipe": recipe.name,
+                        "target": recipe.deployment.target.name, "programs": result.programs,
+                        "compiled": result.compiled, "cached": result.cached, "derived": list(result.derived)})
+        if not as_json:
+            click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
+                       f"{result.cached} from cache)")
+            for note in result.derived:
+                click.echo(f"  schedule {note}")
+    if as_json:
+        click.echo(json.dumps(results, indent=1))
 
 
 def _terminated(signum, _frame):
@@ -91,22 +105,37 @@ def _terminated(signum, _frame):
 
 
 class _progress:
-    """A progress bar on stderr for the compiles of one recipe (silent when all are cached)."""
+    """Progress on stderr for the compiles of one recipe (silent when all are cached): a bar on a
+    terminal; elsewhere (CI logs, pipes) a line every ``EVERY_S`` seconds and one at the end, or
+    with verbosity 2 a line a program; verbosity 0: nothing."""
 
-    def __init__(self, label: str):
-        self.label, self.bar = label, None
+    EVERY_S = 5.0
+
+    def __init__(self, label: str, verbosity: int):
+        self.label, self.verbosity, self.bar, self.last = label, verbosity, None, None
 
     def __enter__(self):
         return self.report
 
     def report(self, done: int, total: int, name: str) -> None:
-        if self.bar is None:
-            from tqdm import tqdm
+        import time
 
-            # disable=None: no bar when stderr is not a terminal (CI logs)
-            self.bar = tqdm(total=total, desc=self.label, unit="program", file=sys.stderr, leave=False, disable=None)
-        self.bar.set_postfix_str(name, refresh=False)
-        self.bar.update(1)
+        if self.verbosity == 0:
+            return
+        if sys.stderr.isatty() and self.verbosity == 1:
+            if self.bar is None:
+                from tqdm import tqdm
+
+                self.bar = tqdm(total=total, desc=self.label, unit="program", file=sys.stderr, leave=False)
+            self.bar.set_postfix_str(name, refresh=False)
+            self.bar.update(1)
+            return
+        now = time.monotonic()
+        if self.last is None:
+            self.last = now
+        if self.verbosity == 2 or done == total or now - self.last >= self.EVERY_S:
+            self.last = now
+            click.echo(f"monobuild: {self.label}: {done} of {total} compiled, last {name}", err=True)
 
     def __exit__(self, *exc):
         if self.bar is not None:

@@ -382,3 +382,23 @@ def test_a_killed_compile_leaves_no_process_behind(tiny_recipe, tmp_path, how):
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(compile_.pid, signal.SIGKILL)
+
+
+def test_compile_reports_progress_and_json_off_a_terminal(tiny_recipe, tmp_path):
+    """Off a terminal (CI logs) a cold compile still says what it compiles, on stderr: a line a
+    program with --verbose, otherwise one every few seconds and one at the end; --json prints the
+    results on stdout alone."""
+    verbose = CliRunner().invoke(main, ["compile", str(tiny_recipe()), "--out", str(tmp_path / "a"), "--cache",
+                                        str(tmp_path / "ca"), "--json", "--verbose"])
+    assert verbose.exit_code == 0, verbose.output
+    [record] = json.loads(verbose.stdout)
+    assert record["recipe"] == "tiny" and record["target"] == "sm_90" and record["compiled"] > 0
+    assert record["programs"] == record["compiled"] + record["cached"]
+    lines = verbose.stderr.strip().splitlines()  # a line a compile (programs alike share one)
+    assert 1 < len(lines) <= record["compiled"] and all(" compiled, last " in x for x in lines), verbose.stderr
+    plain = CliRunner().invoke(main, ["compile", str(tiny_recipe()), "--out", str(tmp_path / "b"), "--cache",
+                                      str(tmp_path / "cb")])
+    assert plain.exit_code == 0 and plain.stdout.startswith(str(tmp_path / "b")), plain.output
+    last = plain.stderr.strip().splitlines()[-1]
+    total = int(last.split(" of ")[1].split()[0])
+    assert last.startswith("monobuild: tiny → sm_90: ") and f"{total} of {total} compiled" in last, plain.stderr
