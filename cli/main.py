@@ -105,14 +105,16 @@ def _terminated(signum, _frame):
 
 
 class _progress:
-    """Progress on stderr for the compiles of one recipe (silent when all are cached): a bar on a
-    terminal; elsewhere (CI logs, pipes) a line every ``EVERY_S`` seconds and one at the end, or
-    with verbosity 2 a line a program; verbosity 0: nothing."""
+    """Progress on stderr for the compiles (or checks) of one recipe (silent when all are cached):
+    a bar on a terminal; elsewhere (CI logs, pipes) a line every ``EVERY_S`` seconds and one at
+    the end, or with verbosity 2 a line a program (``compile``; ``check``'s report is its
+    output, so it shows progress on a terminal only); verbosity 0: nothing."""
 
     EVERY_S = 5.0
 
-    def __init__(self, label: str, verbosity: int):
-        self.label, self.verbosity, self.bar, self.last = label, verbosity, None, None
+    def __init__(self, label: str, verbosity: int = 1, verb: str = "compiled", off_terminal: bool = True):
+        self.label, self.verbosity, self.verb, self.bar, self.last = label, verbosity, verb, None, None
+        self.off_terminal = off_terminal  # whether to print lines where stderr is not a terminal
 
     def __enter__(self):
         return self.report
@@ -120,9 +122,10 @@ class _progress:
     def report(self, done: int, total: int, name: str) -> None:
         import time
 
-        if self.verbosity == 0:
+        terminal = sys.stderr.isatty()
+        if self.verbosity == 0 or not terminal and not self.off_terminal:
             return
-        if sys.stderr.isatty() and self.verbosity == 1:
+        if terminal and self.verbosity == 1:
             if self.bar is None:
                 from tqdm import tqdm
 
@@ -135,7 +138,7 @@ class _progress:
             self.last = now
         if self.verbosity == 2 or done == total or now - self.last >= self.EVERY_S:
             self.last = now
-            click.echo(f"monobuild: {self.label}: {done} of {total} compiled, last {name}", err=True)
+            click.echo(f"monobuild: {self.label}: {done} of {total} {self.verb}, last {name}", err=True)
 
     def __exit__(self, *exc):
         if self.bar is not None:
@@ -203,11 +206,11 @@ def check(paths, as_json, jobs, cache_dir):
         for path in paths:
             if path in recipes:
                 recipe = recipes[path]
-                with _progress(f"{recipe.name} → {recipe.deployment.target.name}") as report:
+                with _progress(f"{recipe.name} → {recipe.deployment.target.name}", off_terminal=False) as report:
                     package = build(recipe, Path(tmp), cache_dir or default_cache_dir(), jobs, progress=report).package
             else:
                 package = path
-            with _progress(f"check {package}") as report:
+            with _progress(f"check {package}", verb="checked", off_terminal=False) as report:
                 reports.append(check_package(package, progress=report, jobs=jobs))
     if as_json:
         click.echo(json.dumps([r.to_json() for r in reports], indent=1))
