@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass
 
 from ...manifest import ProgramSpec
-from .arith import NotEvaluable, Op, evaluate, threshold
-from .edges import CounterSite, counter_of, edge_counter_violations, thresholds
+from .arith import NotEvaluable, Op, evaluate
+from .edges import CounterSite, compare_thresholds, counter_of, edge_counter_violations
 from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .violations import Violation
 
@@ -343,14 +343,7 @@ def _compares(fn: LlvmFunction, ins: _Instr, accesses: list[_Instr], define, epo
         except NotEvaluable as e:
             yield str(e), _site(i)
             continue
-        poll_first = op.operands[0] in values
-        other = op.operands[1] if poll_first else op.operands[0]
-
-        def past(seen: int, other=other, op=op, poll_first=poll_first):
-            value = other if isinstance(other, int) else evaluate(other, define, dict.fromkeys(epoch, seen))
-            return threshold(op.predicate, poll_first, value)
-
-        yield thresholds(past, g), _site(i)
+        yield compare_thresholds(op, values, define, epoch, g), _site(i)
 
 
 def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:

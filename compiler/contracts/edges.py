@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ...manifest import ProgramSpec
-from .arith import NotEvaluable, epoch_samples, expected_target
+from .arith import NotEvaluable, Op, epoch_samples, evaluate, expected_target, threshold
 from .violations import Violation
 
 COUNTER_BYTES = 8  # int64 counters (C5)
@@ -59,6 +59,21 @@ def thresholds(past: Callable[[int], int | None], signals_per_epoch: int) -> tup
         return tuple(out)
     except NotEvaluable as e:
         return f"the value it compares the count with is not computed from the epoch read alone ({e})"
+
+
+def compare_thresholds(op: Op, values: set[str], define: Callable[[str], Op], epoch: set[str],
+                       signals_per_epoch: int) -> tuple[tuple[int, int], ...] | str:
+    """A compare ``op`` of a poll's value (one of ``values``) with a target: for each epoch sample,
+    the count from which the wait is over, the target computed from the epoch read's registers
+    ``epoch`` through ``define``; or why it cannot be."""
+    poll_first = op.operands[0] in values
+    other = op.operands[1] if poll_first else op.operands[0]
+
+    def past(seen: int) -> int | None:
+        value = other if isinstance(other, int) else evaluate(other, define, dict.fromkeys(epoch, seen))
+        return threshold(op.predicate, poll_first, value)
+
+    return thresholds(past, signals_per_epoch)
 
 
 def edge_counter_violations(p: ProgramSpec, sites: list[CounterSite], code: str) -> list[Violation]:

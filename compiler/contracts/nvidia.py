@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 
 from ...manifest import ProgramSpec
-from .arith import NotEvaluable, evaluate, threshold
-from .edges import CounterSite, counter_of, edge_counter_violations, thresholds
+from .arith import NotEvaluable, evaluate
+from .edges import CounterSite, compare_thresholds, counter_of, edge_counter_violations
 from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
 from .ptx import Instr, Ptx, definitions, immediate, integer_op
 from .violations import Violation
@@ -160,16 +160,7 @@ def _compares(ptx: Ptx, ins: Instr, accesses: list[Instr], define, epoch: set[st
         except NotEvaluable as e:
             yield str(e), _site(i)
             continue
-        poll_first = i.operands[1] in values
-        other = i.operands[2] if poll_first else i.operands[1]
-
-        def past(seen: int, other=other, op=op, poll_first=poll_first):
-            value = immediate(other)
-            if value is None:
-                value = evaluate(other, define, dict.fromkeys(epoch, seen))
-            return threshold(op.predicate, poll_first, value)
-
-        yield thresholds(past, g), _site(i)
+        yield compare_thresholds(op, values, define, epoch, g), _site(i)
 
 
 def _is_signal(ins: Instr) -> bool:
