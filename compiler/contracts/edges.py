@@ -46,7 +46,7 @@ def counter_of(offset: Callable[[], int], counters: int) -> tuple[int | None, st
     return off // COUNTER_BYTES, ""
 
 
-def thresholds(past: Callable[[int], int | None], signals_per_epoch: int) -> tuple[tuple[int, int], ...] | str:
+def _thresholds(past: Callable[[int], int | None], signals_per_epoch: int) -> tuple[tuple[int, int], ...] | str:
     """``past(seen)``: the count from which a wait is over when the step began with the first
     edge's counter at ``seen``, per epoch sample; or why it cannot be evaluated."""
     try:
@@ -73,7 +73,7 @@ def compare_thresholds(op: Op, values: set[str], define: Callable[[str], Op], ep
         value = other if isinstance(other, int) else evaluate(other, define, dict.fromkeys(epoch, seen))
         return threshold(op.predicate, poll_first, value)
 
-    return thresholds(past, signals_per_epoch)
+    return _thresholds(past, signals_per_epoch)
 
 
 def edge_counter_violations(p: ProgramSpec, sites: list[CounterSite], code: str) -> list[Violation]:

@@ -196,6 +196,8 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
     end = tl.where(_walks_long_tiles(per_split, BS, KT, LONG_KT), first, tl.minimum(end, first + KT // BS))
     k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first,
                                        tl.arange(0, KT), end, cached, seen, h, NKV, D, BS, WINDOW)
+    if WINDOW == 0:  # nothing reads the positions: not carried from task to task
+        token = 0
     return ctx, q_pos, n_pos, k, v, in_context, token
 
 
