@@ -92,11 +92,10 @@ def _end_with(compile_pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether the compile's process still runs (a pid another user's process took means it ended)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # the pid is taken by another user's process: ours is gone
+    except (ProcessLookupError, PermissionError):
         return False
     return True
 
