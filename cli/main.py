@@ -10,6 +10,7 @@ import functools
 import json
 import signal
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -120,8 +121,6 @@ class _progress:
         return self.report
 
     def report(self, done: int, total: int, name: str) -> None:
-        import time
-
         terminal = sys.stderr.isatty()
         if self.verbosity == 0 or not terminal and not self.off_terminal:
             return

@@ -74,10 +74,11 @@ def with_stage_clock(recipe: Recipe, on: bool) -> Recipe:
 
 def _worker_init(compile_pid: int) -> None:
     """A compile worker lives only as long as the compile that started it: Ctrl-C is the
-    compile's to handle (not a traceback from every worker), and a thread ends the worker, and
-    the assembler it may be running, within a fifth of a second of the compile's end however it
-    ended (an exception, SIGTERM, SIGKILL). Without it a killed compile's workers, whose task
-    queue never closes, kept running and holding the terminal's output."""
+    compile's to handle (not a traceback from every worker), and a thread that looks for the
+    compile's process every fifth of a second ends the worker, and the assembler it may be
+    running, once that process has ended, however it ended (an exception, SIGTERM, SIGKILL).
+    Without it a killed compile's workers, whose task queue never closes, kept running and
+    holding the terminal's output."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_end_with, args=(compile_pid,), daemon=True, name="end-with-compile").start()
 

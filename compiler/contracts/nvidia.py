@@ -8,13 +8,11 @@ from, through the register dataflow.
 
 from __future__ import annotations
 
-import re
-
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
 from .edges import CounterSite, compare_thresholds, counter_of, edge_counter_violations
 from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
-from .ptx import Instr, Ptx, definitions, immediate, integer_op
+from .ptx import Instr, Ptx, definitions, integer_op
 from .violations import Violation
 
 _STRONG_SCOPES = ("gpu", "sys")
@@ -80,7 +78,6 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     return out
 
 
-_MEMORY = re.compile(r"\[\s*(%\w+)\s*(?:\+\s*(-?\w+))?\s*\]")
 _BASE = 1 << 40  # the counters parameter's value while an address is evaluated (any value far from 0)
 
 
@@ -89,8 +86,7 @@ def _counter_sites(p: ProgramSpec, ptx: Ptx, accesses: list[Instr], kinds: list[
     """I5's reading of the PTX: each counter access's counter, and each poll's compares as the
     count from which its wait is over, for a range of counts the step's epoch read may see."""
     defs = definitions(ptx)
-    bases = {(i.function, i.operands[0]) for i in ptx.instrs if i.base == "ld" and i.has("param") and i.function == 0
-             and (m := re.search(r"_param_(\d+)\s*\]", i.operands[-1])) and int(m.group(1)) == counters}
+    bases = {i.operands[0] for i in ptx.instrs if i.loaded_param() == counters}  # registers of the kernel
 
     def define(function: int):
         def op(name: str):
@@ -101,14 +97,10 @@ def _counter_sites(p: ProgramSpec, ptx: Ptx, accesses: list[Instr], kinds: list[
         return op
 
     def offset(ins: Instr) -> int:
-        memory = next((m for op in ins.operands if (m := _MEMORY.fullmatch(op.strip()))), None)
-        if memory is None:
-            raise NotEvaluable(f"operand of `{ins.opcode}`")
-        inputs = {name: _BASE for f, name in bases if f == ins.function}
-        disp = immediate(memory.group(2)) if memory.group(2) else 0
-        if disp is None:
-            raise NotEvaluable(f"displacement {memory.group(2)}")
-        return evaluate(memory.group(1), define(ins.function), inputs) + disp - _BASE
+        if ins.address is None or ins.displacement is None:
+            raise NotEvaluable(f"the memory operand of `{ins.opcode}`")
+        inputs = dict.fromkeys(bases, _BASE) if ins.function == 0 else {}
+        return evaluate(ins.address, define(ins.function), inputs) + ins.displacement - _BASE
 
     epoch = {(a.function, r) for a, kind in zip(accesses, kinds) if kind == "epoch"
              for r in _broadcast(ptx, a, accesses)}

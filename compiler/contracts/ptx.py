@@ -54,6 +54,21 @@ class Instr:
             return regs[0] if regs else None
         return None
 
+    @property
+    def displacement(self) -> int | None:
+        """The constant added to the global memory operand's register (``[ %rd5 + 8 ]``: 8; none
+        written: 0), None where it is not a constant."""
+        memory = [op for op in self.operands if op.startswith("[")][1 if self.base == "cp" else 0:]
+        if not memory:
+            return None
+        plus = memory[0].strip("[] ").split("+")
+        return 0 if len(plus) == 1 else immediate(plus[1].strip())
+
+    def loaded_param(self) -> int | None:
+        """The kernel parameter an ``ld.param`` of the kernel (function 0) reads, else None."""
+        p = _PARAM.search(self.operands[-1]) if self.base == "ld" and self.has("param") and self.operands else None
+        return int(p.group(2)) if p and self.function == 0 else None
+
 
 # A register, told apart from the same name in another function: (function, name).
 Reg = tuple[int, str]
