@@ -9,6 +9,7 @@ from setuptools import setup
 
 ROOT = Path(__file__).resolve().parent
 PACKAGE_DIR = {"monobuild": "monobuild", "monobuild.compiler": "compiler", "monobuild.runtime": "runtime",
+               "monobuild.integrations": "integrations",
                "monobuild.cli": "cli", "monobuild.bench": "bench", "monobuild.recipes": "recipes",
                "monobuild.schedules": "schedules"}
 

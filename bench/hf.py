@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ..runtime.kvcache import KVCache
+from ..runtime.kvcache import KVCache, write_positions
 from ..schema import WeightQuant
 from .checkpoints import dequantized_state_dict
 
@@ -76,14 +76,10 @@ def batched_cache(caches):
     return DynamicCache(layers), mask
 
 
-def fill_paged(kv: KVCache, caches, block_tables: torch.Tensor, block_size: int, lengths: list[int]) -> None:
+def fill_paged(kv: KVCache, caches, block_tables: torch.Tensor, lengths: list[int]) -> None:
     """Copy each row's prefill K/V [1, kv_heads, n, head_dim] into its pages of the paged cache, at
     their positions: the prompt's last n (all of it, or with a sliding window the ones
     transformers keeps; the positions before them are never seen again)."""
     for b, layers in enumerate(caches):
         for layer, (k, v) in enumerate(layers):
-            n = k.shape[2]
-            pos = torch.arange(lengths[b] - n, lengths[b], device=k.device)
-            blocks = block_tables[b, pos // block_size].long()
-            kv.k[layer][blocks, pos % block_size] = k[0].transpose(0, 1).to(kv.k[layer].dtype)
-            kv.v[layer][blocks, pos % block_size] = v[0].transpose(0, 1).to(kv.v[layer].dtype)
+            write_positions(kv, layer, k[0], v[0], block_tables[b], lengths[b] - k.shape[2])

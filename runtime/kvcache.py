@@ -72,3 +72,15 @@ def as_kv_cache(cache, geometry: Geometry, block_size: int, dtype: torch.dtype, 
             if not t.is_contiguous() or t.data_ptr() % ALIGNMENT:
                 raise KVCacheError(f"{where}: must be contiguous and {ALIGNMENT}-byte aligned (it is written in place)")
     return KVCache(tuple(k), tuple(v))
+
+
+def write_positions(kv: KVCache, layer: int, k: torch.Tensor, v: torch.Tensor, block_table: torch.Tensor,
+                    first: int) -> None:
+    """Write one row's keys and values ``[kv_heads, n, head_dim]`` (a prefill's, as transformers'
+    cache holds them) for positions ``first`` … ``first + n − 1`` into its pages (``block_table``,
+    the row's int32 block ids) of layer ``layer``."""
+    n, block_size = k.shape[1], kv.k[layer].shape[1]
+    pos = torch.arange(first, first + n, device=block_table.device)
+    blocks = block_table[pos // block_size].long()
+    kv.k[layer][blocks, pos % block_size] = k.transpose(0, 1).to(kv.k[layer].dtype)
+    kv.v[layer][blocks, pos % block_size] = v.transpose(0, 1).to(kv.v[layer].dtype)

@@ -20,6 +20,7 @@ import torch
 
 from ..schema import Step
 from .buffers import StepBuffers, StepInputs
+from .gate import step_refusal
 from .hangs import check_hang_log
 from .kvcache import KVCache
 from .params import ParamBlock
@@ -147,6 +148,12 @@ class DecodeStep:
     @property
     def bands(self) -> tuple[tuple[int, int], ...]:
         return tuple((b.band.rows, b.band.tokens) for b in self._bands)
+
+    def serves(self, rows: int, tokens: int = 1, longest_context: int = 0) -> str | None:
+        """None where a step of ``rows`` × ``tokens``, its longest context ``longest_context``, is
+        served; else why not (host-side, from the package's bands: an engine routes by it)."""
+        bands = tuple(b.band for b in self._bands)
+        return step_refusal(bands, self.package.manifest.deployment.max_context, rows, tokens, longest_context)
 
     def band_for(self, rows: int, tokens: int) -> _BandStep:
         for b in self._bands:

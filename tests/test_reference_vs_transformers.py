@@ -50,7 +50,7 @@ def test_reference_step_matches_transformers(config, tokens):
     positions = torch.tensor(lengths)[:, None] + torch.arange(tokens)[None, :]
     with torch.no_grad():
         caches, _ = prefill(model, prompts)
-        fill_paged(kv, caches, tables, BLOCK, lengths)
+        fill_paged(kv, caches, tables, lengths)
         cache, mask = batched_cache(caches)
         mask = torch.cat([mask, torch.ones(rows, tokens, dtype=torch.long)], 1)
         want = model(input_ids=new, position_ids=positions, attention_mask=mask, past_key_values=cache).logits

@@ -60,7 +60,7 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
             steps_by_mode, kv_by_mode = {}, {}
             for mode in pkg.modes:
                 kv_by_mode[mode] = pkg.allocate_kv_cache(rows * pages)
-                fill_paged(kv_by_mode[mode], bf_caches, tables, bs, lengths)
+                fill_paged(kv_by_mode[mode], bf_caches, tables, lengths)
                 steps_by_mode[mode] = pkg.bind(bound, kv_by_mode[mode], mode)
             bf_cache, bf_mask = batched_cache(bf_caches)
             ref_cache, ref_mask = batched_cache(ref_caches)

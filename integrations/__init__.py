@@ -1,0 +1,1 @@
+"""Integrations of the runtime with serving and generation libraries (each imports its library lazily)."""

@@ -1,0 +1,205 @@
+"""The engine-facing parts, on CPU: the gate (does a package serve this deployment, this step?),
+the load policy, and generation with a transformers model prefilling and a decode step decoding.
+
+Generation is checked against ``model.generate(do_sample=False)`` with the float64 reference step
+(the one the programs are tested against) in the decode step's place, both in float64: every
+greedy id is decided by a margin far above float64's rounding, so the ids must be equal, end of
+sequence included. The package's own step is checked the same way on the GPU
+(``tests/test_runtime_gpu.py``).
+"""
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from monobuild.manifest import read_manifest
+from monobuild.runtime.gate import (
+    Declined,
+    EngineDeployment,
+    Use,
+    deployment_refusal,
+    geometry_difference,
+    open_package,
+    step_refusal,
+)
+from monobuild.schema import Band
+
+DATA = Path(__file__).parent / "data"
+
+
+@pytest.fixture(scope="module")
+def tiny_package(tmp_path_factory):
+    """The tiny Llama recipe compiled for sm_90 (4 SMs, bands 1 and 2, max_context 256)."""
+    from .conftest import compile_tiny
+
+    return compile_tiny(tmp_path_factory.mktemp("gate"))[1]
+
+
+def _config(name="tiny-llama.json", **changes) -> dict:
+    cfg = json.loads((DATA / name).read_text())
+    cfg.update(changes)
+    return cfg
+
+
+def _engine(**changes) -> EngineDeployment:
+    fields = dict(config=_config(), dtype=torch.bfloat16, kv_dtype=torch.bfloat16, block_size=16, max_context=256)
+    fields.update(changes)
+    return EngineDeployment(**fields)
+
+
+@pytest.mark.parametrize("text, use", [("auto", Use.AUTO), ("FORCE", Use.FORCE), ("off", Use.OFF), ("1", Use.FORCE),
+                                       ("0", Use.OFF), (Use.OFF, Use.OFF)])
+def test_the_setting_reads_auto_force_and_off(text, use):
+    assert Use.parse(text) is use
+
+
+def test_the_setting_comes_from_the_environment(monkeypatch):
+    monkeypatch.delenv("MONOBUILD_DECODE", raising=False)
+    assert Use.from_env() is Use.AUTO
+    monkeypatch.setenv("MONOBUILD_DECODE", "off")
+    assert Use.from_env() is Use.OFF
+    monkeypatch.setenv("MONOBUILD_DECODE", "sometimes")
+    with pytest.raises(ValueError, match="MONOBUILD_DECODE='sometimes': expected auto, force or off"):
+        Use.from_env()
+
+
+def test_the_packages_own_model_is_its_model(tiny_package):
+    manifest = read_manifest(tiny_package)
+    # fields the programs never see (a fine-tune's name, its dtype) do not matter
+    assert geometry_difference(manifest.geometry, _config(torch_dtype="float16", _name_or_path="a-fine-tune")) is None
+    assert deployment_refusal(manifest, _engine()) is None
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(rms_norm_eps=1e-6), "norm_eps 1e-06 (package 1e-05)"),
+    (dict(num_hidden_layers=3), "layers 3 (package 2)"),
+    (dict(rope_theta=10000.0), "rope_theta 10000.0 (package 500000.0)"),
+    (dict(model_type="gpt2"), "model_type: unknown family 'gpt2'"),
+])
+def test_another_model_is_named_by_the_fields_that_differ(tiny_package, changes, message):
+    why = geometry_difference(read_manifest(tiny_package).geometry, _config(**changes))
+    assert why is not None and message in why
+
+
+@pytest.mark.parametrize("changes, message", [
+    (dict(dtype=torch.float16), "holds its weights in torch.float16, the package's programs read torch.bfloat16"),
+    (dict(kv_dtype=torch.float8_e4m3fn), "KV cache is torch.float8_e4m3fn"),
+    (dict(block_size=32), "KV page is 32 tokens, the package's 16"),
+    (dict(max_context=4096), "contexts up to 4096 tokens, the package up to 256"),
+    (dict(config=_config("tiny-llama-fp8.json")), "quantization is WeightQuant"),
+])
+def test_a_deployment_the_package_does_not_serve_is_named(tiny_package, changes, message):
+    why = deployment_refusal(read_manifest(tiny_package), _engine(**changes))
+    assert why is not None and message in why
+
+
+def test_auto_declines_with_one_log_line_force_raises_off_reads_nothing(tiny_package, tmp_path, caplog):
+    engine = _engine(block_size=32)
+    with caplog.at_level(logging.INFO, logger="monobuild"):
+        assert open_package(tiny_package, engine, "auto") is None
+    assert [r.getMessage() for r in caplog.records] == [
+        f"monobuild: {tiny_package} not used: the engine's KV page is 32 tokens, the package's 16 (compile with "
+        "kv_cache.block_size set to the engine's)"]
+    with pytest.raises(Declined, match="KV page is 32 tokens"):
+        open_package(tiny_package, engine, Use.FORCE)
+    assert open_package(tmp_path / "no-such-package", engine, "off") is None
+
+
+def test_a_served_deployment_without_a_gpu_is_declined_for_the_device(tiny_package):
+    """The deployment matches; the machine has no GPU (CI), so auto declines and force raises, for that reason."""
+    assert open_package(tiny_package, _engine(), "auto") is None
+    with pytest.raises(Declined, match="no GPU is visible to torch"):
+        open_package(tiny_package, _engine(), "force")
+
+
+def test_a_broken_package_is_declined_under_auto_and_raised_under_force(tiny_package, tmp_path):
+    broken = tmp_path / "pkg"
+    shutil.copytree(tiny_package, broken)
+    (broken / "manifest.json").write_text("{")
+    assert open_package(broken, _engine(), "auto") is None
+    with pytest.raises(Exception, match="manifest"):
+        open_package(broken, _engine(), "force")
+
+
+BANDS = (Band(1), Band(2), Band(4), Band(1, 6))
+
+
+@pytest.mark.parametrize("rows, tokens, context, why", [
+    (1, 1, 100, None), (3, 1, 256, None), (1, 6, 256, None),
+    (5, 1, 100, "5 rows of 1 token: the package's widest band has 4"),
+    (2, 6, 100, "2 rows of 6 tokens: the package's widest band has 1"),
+    (1, 3, 100, "3 tokens per row: the package's bands take 1, 6"),
+    (1, 1, 257, "a context of 257 tokens: the package's programs serve up to 256"),
+    (0, 1, 10, "0 rows × 1 tokens: a step has at least one row of at least one token"),
+])
+def test_each_step_is_answered_with_its_reason(rows, tokens, context, why):
+    assert step_refusal(BANDS, 256, rows, tokens, context) == why
+
+
+# generation: the float64 reference step decoding after transformers' prefill, against generate
+
+transformers = pytest.importorskip("transformers")
+
+
+def _reference_generation(config: str, seed: int):
+    from monobuild.bench.checkpoints import random_hf_state_dict
+    from monobuild.bench.hf import hf_model
+    from monobuild.bench.reference import reference_step
+    from monobuild.compiler.geometry import load_config
+    from monobuild.runtime.kvcache import allocate_kv_cache
+    from monobuild.runtime.weights import pack_hf_state_dict
+
+    g, quant = load_config(DATA / config)
+    sd = random_hf_state_dict(g, torch.float64, torch.Generator().manual_seed(seed), quant)
+    model = hf_model(DATA / config, sd, torch.float64, "cpu", quant)
+    weights = pack_hf_state_dict(sd, g, torch.float64, quant=quant)
+    kv = allocate_kv_cache(g, 16, torch.float64, 64, "cpu")
+
+    def step(ids, positions, tables, context_lens):
+        logits = reference_step(g, weights, list(kv.k), list(kv.v), ids, positions, tables, context_lens, 1)
+        return logits.argmax(-1).to(torch.int32)
+
+    return model, step, kv, g
+
+
+def _generate(model, prompts: list[torch.Tensor], new: int, eos: int | None) -> list[list[int]]:
+    """transformers' greedy generate over the left-padded batch, each row's new ids through its end."""
+    width = max(p.numel() for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)[:, width:].tolist()
+    rows = []
+    for row in out:
+        end = row.index(eos) + 1 if eos is not None and eos in row else len(row)
+        rows.append(row[:end])
+    return rows
+
+
+@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-mistral-window.json"])
+def test_generation_matches_transformers_generate(config):
+    from monobuild.integrations.transformers import decode
+
+    model, step, kv, g = _reference_generation(config, seed=7)
+    gen = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(0, g.vocab, (n,), generator=gen) for n in (5, 37, 130)]
+    want = _generate(model, prompts, 12, None)
+    chunks = list(decode(model, step, kv, prompts, 12, None, sync_every=5, graph=False))
+    assert [len(c[0]) for c in chunks] == [1, 5, 5, 1]  # the prefill's id at once, then 5 ids a read
+    got = [sum((c[b] for c in chunks), []) for b in range(len(prompts))]
+    assert got == want
+
+    eos = want[1][4]  # row 1 ends at its fifth id; rows that do not emit it run to the budget
+    want = _generate(model, prompts, 12, eos)
+    got = [[] for _ in prompts]
+    for chunk in decode(model, step, kv, prompts, 12, eos, sync_every=5, graph=False):
+        for row, ids in zip(got, chunk):
+            row.extend(ids)
+    assert got == want
+    assert len(got[1]) <= 5 and got[1][-1] == eos
