@@ -1,6 +1,6 @@
 """Generate with a transformers model whose decode steps a monobuild package runs.
 
-The model prefills each prompt (its own forward, exactly as ``generate`` would), its cache is
+The model prefills the prompts (its own forward over the left-padded batch, as ``generate`` does), its cache is
 copied into the package's paged KV cache, and every further token comes from the package's decode
 step, replayed in a CUDA graph together with the step's bookkeeping (the next inputs, the rows
 that ended, the output buffer), so the host waits for the device only every ``sync_every`` tokens,
@@ -105,7 +105,7 @@ def decode(model, step, kv: runtime.KVCache, prompts: list[torch.Tensor], max_ne
     tables = torch.arange(rows * pages, dtype=torch.int32, device=device).view(rows, pages)
     eos = torch.tensor(_ids(eos_token_id), dtype=torch.int32, device=device)
     with torch.no_grad():
-        first = torch.stack([_prefill(model, kv, p, tables[b]) for b, p in enumerate(prompts)]).to(torch.int32)
+        first = _prefill(model, kv, prompts, tables).to(torch.int32)
         state = _DecodeState(first, torch.tensor(lengths, dtype=torch.int32, device=device), tables, eos,
                              max_new_tokens)
         yield from _emit(state, _replays(step, state, max_new_tokens - 1, graph), sync_every, set(eos.tolist()))
@@ -118,14 +118,24 @@ def _prompts(prompts, device) -> list[torch.Tensor]:
     return out
 
 
-def _prefill(model, kv: runtime.KVCache, prompt: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """Run the model over one prompt, copy its cache into the row's pages; the greedy next id."""
-    out = model(prompt[None], use_cache=True, logits_to_keep=1)
-    end = prompt.numel()
+def _prefill(model, kv: runtime.KVCache, prompts: list[torch.Tensor], tables: torch.Tensor) -> torch.Tensor:
+    """Run the model over the prompts as one left-padded batch (as ``generate`` does), copy each
+    row's cache into its pages; the rows' greedy next ids."""
+    lengths = [p.numel() for p in prompts]
+    width = max(lengths)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=tables.device)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     for layer, cached in enumerate(out.past_key_values.layers):
-        k, v = cached.keys[0], cached.values[0]  # [kv_heads, n, head_dim]: the positions it keeps
-        write_positions(kv, layer, k, v, table, end - k.shape[1])
-    return out.logits[0, -1].argmax()
+        kept = cached.keys.shape[2]  # the padded batch's last positions (all, or a sliding window's)
+        for b, length in enumerate(lengths):
+            n = min(length, kept)
+            write_positions(kv, layer, cached.keys[b, :, kept - n:], cached.values[b, :, kept - n:], tables[b],
+                            length - n)
+    return out.logits[:, -1].argmax(-1)
 
 
 def _ids(eos_token_id) -> list[int]:

@@ -55,9 +55,9 @@ def _hf_generate(model, prompts, new: int):
     mask = torch.zeros_like(ids)
     for b, p in enumerate(prompts):
         ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=0)
-    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config, output_logits=True,
-                         return_dict_in_generate=True)
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=0,
+                                           output_logits=True, return_dict_in_generate=True)
+    out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
     return out.sequences[:, width:], torch.stack(out.logits, 1).float()  # [rows, new], [rows, new, vocab]
 
 

@@ -127,11 +127,11 @@ def compare_with_generate(model, requests: list[Request], new: int) -> int:
     """Each request's ids against transformers' greedy generate, up to its first difference."""
     import transformers
 
-    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=0)
+    config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=0,
+                                           output_logits=True, return_dict_in_generate=True)
     for k, r in enumerate(requests):
         ids = torch.tensor([r.prompt], device=model.device)
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config,
-                             output_logits=True, return_dict_in_generate=True)
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), generation_config=config)
         want = out.sequences[0, len(r.prompt):].tolist()
         same = next((j for j, (a, b) in enumerate(zip(r.out, want)) if a != b), new)
         note = "equal" if same == new else f"equal up to id {same}"
