@@ -76,3 +76,19 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
         gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("w_gate_up", cd).T).chunk(2, dim=-1)
         x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("w_down", cd).T
     return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T
+
+
+def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row: int) -> tuple[list[int], list[list[int]]]:
+    """A verify band's greedy verdict from its ids: per row, how many leading drafts (input token
+    j + 1, the draft for what token j predicts) equal the greedy ids, and the ids to emit (those
+    drafts, then the id after them), −1 after them."""
+    t = tokens_per_row
+    ids, drafts = next_ids.view(-1, t).tolist(), inputs.view(-1, t).tolist()
+    accepted, emitted = [], []
+    for row_ids, row_in in zip(ids, drafts):
+        n = 0
+        while n < t - 1 and row_in[n + 1] == row_ids[n]:
+            n += 1
+        accepted.append(n)
+        emitted.append(row_ids[: n + 1] + [-1] * (t - n - 1))
+    return accepted, emitted

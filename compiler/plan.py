@@ -337,7 +337,7 @@ class Planner:
 
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head == "ids",
-                             norm_stage, tuple(sorted(cx.items())))
+                             norm_stage, tuple(sorted(cx.items())), band.tokens)
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

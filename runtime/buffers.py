@@ -3,9 +3,9 @@
 ``StepBuffers`` allocates, once, the scratch regions of a band's programs (each the largest any
 program declares under that name), two fp32 hidden-state buffers the layers ping-pong between
 (each holding as many split-K partials as the layers write), the logits and next ids, one
-counter block per launch (as many counters as the band's programs use) and the RoPE table
-(which bands may share). ``args`` resolves a program's ABI to tensors for one launch, so the
-step path itself allocates nothing.
+counter block per launch (as many counters as the band's programs use), a verify band's verdict
+(accepted counts and emitted ids) and the RoPE table (which bands may share). ``args`` resolves
+a program's ABI to tensors for one launch, so the step path itself allocates nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +31,26 @@ class StepInputs:
     context_lens: torch.Tensor  # int32 [rows]; 0 marks a padding row
 
 
+def input_copies(m: int, rows: int, max_blocks: int, device) -> StepInputs:
+    """A band's own step inputs, which callers' inputs of another shape are copied and padded into."""
+    i32 = dict(dtype=torch.int32, device=device)
+    return StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32), torch.zeros(rows, max_blocks, **i32),
+                      torch.zeros(rows, **i32))
+
+
+def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
+    """The buffers of one band's step (``schema.Step``): the regions, counters and logs of the
+    programs it launches, as the manifest declares them."""
+    programs = {p.name: p for p in manifest.programs}
+    used = sorted({launch.program for launch in spec.launches})
+    regions = [r for name in used for r in programs[name].regions]
+    clocked = [programs[n] for n in used if programs[n].clock_slots]
+    clock_shape = (max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0)
+    return StepBuffers(manifest.geometry, regions, spec.band.m, len(spec.launches), manifest.deployment.max_context,
+                       device, rope=rope, counters=max(programs[n].counters for n in used),
+                       hang_slots=max(programs[n].hang_slots for n in used), clock_shape=clock_shape)
+
+
 class StepBuffers:
     def __init__(self, geometry: Geometry, regions: Iterable, m: int, launches: int, max_context: int,
                  device=None, poison: bool = False, rope: torch.Tensor | None = None, counters: int = 0,
@@ -45,6 +65,9 @@ class StepBuffers:
                 shapes[r.name] = (tuple(r.shape), r.dtype)
         fill = float("nan") if poison else 0.0
         self.scratch = {n: _alloc(s, d, device, poison) for n, (s, d) in shapes.items()}
+        # a verify band's greedy verdict (the head's accepted counts and emitted ids), as declared
+        self.verdict = {r.name: torch.full(tuple(r.shape), -1, dtype=TORCH_DTYPES[r.dtype], device=device)
+                        for r in regions if r.kind == "io" and r.name in ("accepted", "emitted")}
         # The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says.
         act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, geometry.hidden))
         self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
@@ -56,6 +79,13 @@ class StepBuffers:
         self.stage_clock = torch.zeros(launches, *clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry.layers
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the buffers this step holds of its own (the RoPE table, which bands share, aside)."""
+        tensors = [*self.scratch.values(), *self.act, self.logits, self.next_ids, self.counters, self.hang_log,
+                   self.stage_clock, *self.verdict.values()]
+        return sum(t.numel() * t.element_size() for t in tensors)
 
     def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
              k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor], inputs: StepInputs) -> list:
@@ -94,6 +124,8 @@ class StepBuffers:
             return self.logits
         if name == "next_ids":
             return self.next_ids
+        if name in self.verdict:
+            return self.verdict[name]
         if name not in ("x_in", "x_out"):
             return None
         # embed writes act[0]; layer l reads act[l % 2] and writes the other; the head reads the last.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..schema import Step
-from .buffers import StepBuffers, StepInputs
+from .buffers import StepInputs, band_buffers, input_copies
 from .gate import step_refusal
 from .hangs import check_hang_log
 from .kvcache import KVCache
@@ -68,19 +68,9 @@ class _BandStep:
         deployment = manifest.deployment
         self.band, self.spec = spec.band, spec
         programs = {p.name: p for p in manifest.programs}
-        used = {launch.program for launch in spec.launches}
-        regions = [r for name in sorted(used) for r in programs[name].regions]
-        clocked = [programs[n] for n in used if programs[n].clock_slots]
-        clock_shape = ((max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0))
-        self.buffers = StepBuffers(manifest.geometry, regions, self.band.m, len(spec.launches),
-                                   deployment.max_context, device, rope=rope,
-                                   counters=max(programs[n].counters for n in used),
-                                   hang_slots=max(programs[n].hang_slots for n in used), clock_shape=clock_shape)
+        self.buffers = band_buffers(manifest, spec, device, rope)
         self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
-        m, rows = self.band.m, self.band.rows
-        i32 = dict(dtype=torch.int32, device=device)
-        self.own = StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32),
-                              torch.zeros(rows, self.max_blocks, **i32), torch.zeros(rows, **i32))
+        self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device)
         self.launches = []
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
@@ -199,6 +189,23 @@ class DecodeStep:
         if band.buffers.stage_clock.numel() == 0:
             raise StepInputError(f"{self.package.path}: not a profiling build (compile with --stage-clock)")
         return band.buffers.stage_clock, band.spec
+
+    @property
+    def verdict(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The last step's greedy verdict, for a verify band (rows × (1 + drafts) tokens, token j + 1
+        of a row the draft for what token j predicts): ``accepted`` int32 [rows], how many leading
+        drafts equal the greedy ids, and ``emitted`` int32 [rows, tokens], the ids to emit (the
+        accepted drafts, then the correction or bonus id; −1 after them). Views of the step's own
+        buffers, on the device (the next step's inputs can be laid out from them there). A padding
+        row's verdict means nothing."""
+        if self._last is None:
+            raise RuntimeError("no step has run yet")
+        band, m = self._last
+        if "accepted" not in band.buffers.verdict:
+            raise StepInputError(f"{band.band.rows} rows × {band.band.tokens} tokens: a verdict needs a verify band "
+                                 "of a package whose head is ids")
+        rows = m // band.band.tokens
+        return band.buffers.verdict["accepted"][:rows], band.buffers.verdict["emitted"][:rows]
 
     @property
     def logits(self) -> torch.Tensor:

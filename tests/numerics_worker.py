@@ -15,7 +15,7 @@ import yaml
 
 from monobuild.bench.cases import poison_past_context
 from monobuild.bench.checkpoints import random_hf_state_dict
-from monobuild.bench.reference import reference_step
+from monobuild.bench.reference import greedy_verdict, reference_step
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
@@ -93,6 +93,7 @@ def main(case: dict, workdir: Path) -> dict:
                            for c in ctx]).to(torch.int32)
     ids = torch.randint(0, g.vocab, (rows * tokens,), generator=gen, dtype=torch.int32)
     poison_past_context(k_caches + v_caches, tables, ctx, block_size, g.sliding_window, tokens)
+    wanted = _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx) if tokens > 1 else []
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 
@@ -112,6 +113,15 @@ def main(case: dict, workdir: Path) -> dict:
         again, _ = step(inputs)
         repeat_err = ((again.double() - first.double()).abs().max()).item()
 
+    verdict = {}
+    if tokens > 1 and recipe.deployment.head == "ids":
+        live = [b for b in range(rows) if ctx[b]]
+        want_accepted, want_emitted = greedy_verdict(next_ids, ids, tokens)
+        got_accepted = step.buffers.verdict["accepted"].tolist()
+        got_emitted = step.buffers.verdict["emitted"].tolist()
+        verdict = {"verdict_ok": all(got_accepted[b] == want_accepted[b] and got_emitted[b] == want_emitted[b]
+                                     for b in live),
+                   "accepted": [got_accepted[b] for b in live], "accepted_wanted": [wanted[b] for b in live]}
     live_slots = {(int(tables[b, int(p) // block_size]), int(p) % block_size)
                   for b in range(rows) if ctx[b] for p in positions[b * tokens:(b + 1) * tokens]}
     touched, kv_err = set(), 0.0
@@ -135,7 +145,22 @@ def main(case: dict, workdir: Path) -> dict:
         "layer_syncs": len(layer.syncs),
         "repeat_err": repeat_err,
         "counters": step.buffers.counters.tolist(),
+        **verdict,
     }
+
+
+def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx) -> list[int]:
+    """Set a verify band's drafts so that the float64 reference accepts a chosen number of each
+    row's (from 0 to all, by the seed and the row): draft j + 1 is the reference's greedy id after
+    token j, one draft at a time (each depends on the ones before it); returns the numbers chosen."""
+    rows, tokens = case["rows"], case["tokens"]
+    wanted = [(case["seed"] + b) % tokens for b in range(rows)]
+    for b, n in enumerate(wanted):
+        for j in range(n):
+            ref = reference_step(g, weights, [c.clone() for c in k_caches], [c.clone() for c in v_caches], ids,
+                                 positions, tables, ctx, tokens)
+            ids[b * tokens + j + 1] = ref[b * tokens + j].argmax()
+    return wanted
 
 
 if __name__ == "__main__":

@@ -203,3 +203,4 @@ def test_generation_matches_transformers_generate(config):
             row.extend(ids)
     assert got == want
     assert len(got[1]) <= 5 and got[1][-1] == eos
+

@@ -96,6 +96,9 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
     assert result["ids_match"] is not False or dtype == "bf16", f"{case}: {result}"
     assert result["stray_kv_writes"] == [], f"{case}: KV slots written outside the live rows' new tokens"
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
+    if "verdict_ok" in result:  # a verify band: the verdict from the programs' own ids, and the drafts set to be accepted
+        assert result["verdict_ok"], f"{case}: {result}"
+        assert result["accepted"] == result["accepted_wanted"] or not result["ids_match"], f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
     if variant in ("norm_stages", "cta_staging", "norm_rows", "logits_head"):  # staged: one launch a stage

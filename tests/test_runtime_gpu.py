@@ -32,7 +32,7 @@ if not PACKAGES or not (Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90" / "manif
 
 from monobuild import runtime  # noqa: E402
 from monobuild.bench.cases import poison_past_context, random_case, random_kv_cache, random_state_dict  # noqa: E402
-from monobuild.bench.reference import reference_step  # noqa: E402
+from monobuild.bench.reference import greedy_verdict, reference_step  # noqa: E402
 from monobuild.runtime.buffers import StepInputs  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
@@ -120,6 +120,30 @@ def _check_step_against_reference(pkg, weights, mode: str, rows: int, tokens: in
         assert torch.equal(got[~written].view(torch.int16), old[~written].view(torch.int16)), \
             "the step wrote outside the live rows' new slots"
         assert _rel(got[written], want[written]) <= 1.5 * _rel(framework_kv[written], want[written]) + 2**-8
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("accept", [0, 2, 5])
+def test_the_verify_bands_verdict_accepts_the_drafts_that_match(llama, mode, accept):
+    """A 1 × 6 verify step whose drafts are set, one at a time with the package's own steps, to
+    the greedy ids the step computes for them: its verdict accepts exactly that many and emits
+    them and the id after them (the reference verdict over the step's own ids)."""
+    pkg, weights = llama
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 21 + accept)
+    case = random_case(pkg, _contexts(1, 6, 21 + accept, dead=False), 6, NUM_BLOCKS, 21 + accept)
+    i = case.inputs
+    step = pkg.bind(weights, cache, mode)
+    tokens = i.tokens.clone()
+    for j in range(accept):
+        ids = step(tokens, i.positions, i.block_tables, i.context_lens)
+        tokens[j + 1] = ids[j]
+    ids = step(tokens, i.positions, i.block_tables, i.context_lens)
+    if accept < 5:  # the draft after the accepted ones must not match by chance
+        assert int(tokens[accept + 1]) != int(ids[accept])
+    accepted, emitted = step.verdict
+    want_accepted, want_emitted = greedy_verdict(ids, tokens, 6)
+    assert accepted.tolist() == want_accepted == [accept]
+    assert emitted.tolist() == want_emitted
 
 
 def test_staged_and_persistent_agree(llama):

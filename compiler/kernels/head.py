@@ -2,8 +2,8 @@
 
 ``logits_op`` is the GEMV op over the vocabulary (x̂ · W_headᵀ in tiles of BN rows, fp32
 logits) and, for a greedy head, each tile's max and first argmax per row; ``argmax_op`` (a task
-per token row) reduces the tiles' partials to the next id, ties to the lowest id as
-``torch.argmax`` does.
+per row) reduces the tiles' partials to the next ids, ties to the lowest id as ``torch.argmax``
+does, and for a speculative verify band returns the row's greedy verdict.
 """
 
 import triton
@@ -58,13 +58,29 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
 
 
 @triton.jit
-def argmax_op(pid, pre, tile_max, tile_arg, next_ids, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
-              TILES_P: tl.constexpr, G: tl.constexpr):
-    """next_ids[m] = the first index of row m's largest logit, from the tiles' maxima."""
+def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr,
+              BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, T_P: tl.constexpr):
+    """next_ids[m] = the first index of token row m's largest logit, from the tiles' maxima; a task
+    per row of TOKENS token rows. A verify band's rows (TOKENS > 1) also get the greedy verdict:
+    token j + 1 of a row is the draft for what token j predicts, so the row accepts its drafts up
+    to the first that is not token j's id, ``accepted`` = how many, and emits ``emitted[0 …
+    accepted]`` = those drafts and the id that follows them (the correction or the bonus token),
+    −1 after them."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     t = tl.arange(0, TILES_P)
-    for m in range(pid, M, G):
-        vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
-        args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
-        best = tl.max(vals, axis=0)
-        tl.store(next_ids + m, tl.min(tl.where(vals == best, args, V), axis=0))
+    j = tl.arange(0, T_P)
+    rows_of = (j < TOKENS)[:, None] & (t < TILES)[None, :]
+    for row in range(pid, M // TOKENS, G):
+        m = row * TOKENS + j
+        at = m[:, None] * TILES + t[None, :]
+        vals = tl.load(tile_max + at, mask=rows_of, other=float("-inf"), cache_modifier=".cg")
+        args = tl.load(tile_arg + at, mask=rows_of, other=V, cache_modifier=".cg")
+        best = tl.max(vals, axis=1)
+        ids = tl.min(tl.where(vals == best[:, None], args, V), axis=1)
+        tl.store(next_ids + m, ids, mask=j < TOKENS)
+        if TOKENS > 1:
+            drafts = tl.load(tokens + m + 1, mask=j < TOKENS - 1, other=-1)  # token j + 1: the draft after j
+            missed = tl.cumsum((drafts != ids).to(tl.int32), axis=0)  # 0 while every draft so far matched
+            n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
+            tl.store(accepted + row, n)
+            tl.store(emitted + m, tl.where(j <= n, ids, -1), mask=j < TOKENS)

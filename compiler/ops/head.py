@@ -1,11 +1,12 @@
 """The programs around the layers as op lists: the embedding (one op), and the head: [norm],
-logits and, for a greedy head, argmax."""
+logits and, for a greedy head, argmax (with a verify band's greedy verdict)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from ...schema import DtypeRoles, Region
+from ..geometry import next_pow2
 from .dense import region_arg, tensor, x_hat
 from .spec import Need, Op, WeightStream
 
@@ -25,6 +26,7 @@ class HeadShape:
     greedy: bool
     norm_stage: bool
     params: tuple[tuple[str, object], ...]
+    tokens: int = 1  # tokens per row: above 1, a speculative verify band (its greedy head returns the verdict)
 
     @property
     def tiles(self) -> int:
@@ -50,6 +52,9 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
                     Region("next_ids", "io", "i32", (s.m,), "argmax", ())]
+        if s.tokens > 1:
+            regions += [Region("accepted", "io", "i32", (s.m // s.tokens,), "argmax", ()),
+                        Region("emitted", "io", "i32", (s.m // s.tokens, s.tokens), "argmax", ())]
     return {r.name: r for r in regions}
 
 
@@ -87,10 +92,16 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
         io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
     if s.greedy:
-        ops.append(Op("argmax", "argmax_op", None, s.m, "(token row): reduce tile maxima to the greedy id",
+        rows, verify = s.m // s.tokens, s.tokens > 1
+        verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
+                    ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
+        ops.append(Op("argmax", "argmax_op", None, rows,
+                      f"(row): reduce tile maxima to the greedy id{'s and the verdict' if verify else ''}",
                       (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]), ("next_ids", arg["next_ids"]),
-                       ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]), ("G", s.grid)),
-                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg"),
+                       *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
+                       ("G", s.grid), ("TOKENS", s.tokens), ("T_P", next_pow2(s.tokens))),
+                      writes=(r["next_ids"],) + ((r["accepted"], r["emitted"]) if verify else ()),
+                      reads=("tile_max", "tile_arg"),
                       needs=(Need("tile_max", "the row's tiles"), Need("tile_arg", "the row's tiles")),
-                      io_bytes=s.m * 4))
+                      io_bytes=s.m * 4 + (rows * (s.tokens + 1) * 4 + s.m * 4 if verify else 0)))
     return tuple(ops)
