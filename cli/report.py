@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict
 
 from ..compiler.plan import Plan
+from ..footprint import Footprint, footprint
 from ..manifest import Manifest
 
 
@@ -76,9 +77,17 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
     return "\n".join(lines)
 
 
+def _footprints(m: Manifest) -> list[Footprint]:
+    return [footprint(m, mode) for mode in m.deployment.modes]
+
+
 def inspect_json(m: Manifest) -> dict:
     return {
         "recipe": m.recipe, "target": m.target, "sm_count": m.sm_count, "toolchain": dict(m.toolchain),
+        "memory": [{"mode": f.mode, "step_buffers": f.step_buffers, "rope": f.rope, "weight_copies": f.weight_copies,
+                    "bands": [{"band": asdict(b.band), **{k: v for k, v in asdict(b).items() if k != "band"}}
+                              for b in f.bands]}
+                   for f in _footprints(m)],
         "programs": [
             {"name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band), "grid": p.grid,
              "block": p.block, "shared_bytes": p.shared_bytes, "resources": asdict(p.resources),
@@ -99,6 +108,12 @@ def inspect_text(m: Manifest) -> str:
         fits = "yes" if p.grid <= r.ctas_per_unit * m.sm_count else "NO"
         lines.append(f"{p.name:<26} {p.grid:>5} {p.block:>4} {r.registers:>5} {r.spill_bytes:>5} {r.shared_bytes:>7}"
                      f" {r.ctas_per_unit:>8} {fits:>4}  {p.fingerprint[:16]}")
+    lines.append("device memory a bound step holds beyond the engine's weights and KV cache (given on the device,"
+                 " contiguous, aligned):")
+    for f in _footprints(m):
+        bands = ", ".join(f"{b.band.name} {_mb(b.total)}" for b in f.bands)
+        lines.append(f"  {f.mode}: {_mb(f.total)}: step buffers {_mb(f.step_buffers)} ({bands}; RoPE table "
+                     f"{_mb(f.rope)}), weight copies {_mb(f.weight_copies)} (q/k/v and gate/up concatenated at bind)")
     return "\n".join(lines)
 
 

@@ -204,3 +204,47 @@ def test_generation_matches_transformers_generate(config):
     assert got == want
     assert len(got[1]) <= 5 and got[1][-1] == eos
 
+
+
+# the memory a bound package holds beyond the engine's tensors, as `monobuild inspect` reports it
+
+@pytest.mark.parametrize("config, verify", [("tiny-llama.json", None), ("tiny-qwen2-gqa3.json", {"rows": 1, "tokens": 3}),
+                                            ("tiny-qwen3-fp8.json", None)])
+def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path, config, verify):
+    from click.testing import CliRunner
+
+    from monobuild.bench.checkpoints import random_hf_state_dict
+    from monobuild.cli.main import main
+    from monobuild.footprint import band_footprint, footprint
+    from monobuild.runtime.buffers import band_buffers, input_copies
+    from monobuild.runtime.rope import rope_table
+    from monobuild.runtime.weights import pack_hf_state_dict
+
+    shutil.copy(DATA / config, tmp_path / config)
+    recipe = tiny_recipe(config=config, **({"verify": verify} if verify else {}))
+    out = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--cache",
+                                    str(tmp_path / "cache"), "--jobs", "2", "-q"])
+    assert out.exit_code == 0, out.output
+    pkg = tmp_path / "out" / "tiny" / "sm_90"
+    manifest = read_manifest(pkg)
+    g, d = manifest.geometry, manifest.deployment
+    blocks = -(-d.max_context // d.kv_cache.block_size)
+    for mode in d.modes:
+        f = footprint(manifest, mode)
+        assert f.rope == rope_table(g, d.max_context).numel() * 4
+        for step in (s for s in manifest.steps if s.mode == mode):
+            buffers = band_buffers(manifest, step, "cpu", rope=torch.empty(0))
+            own = input_copies(step.band.m, step.band.rows, blocks, "cpu")
+            allocated = buffers.nbytes + sum(t.numel() * 4 for t in vars(own).values())
+            assert band_footprint(manifest, step).total == allocated
+            assert ("accepted" in buffers.verdict) == (step.band.tokens > 1)
+    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[d.dtypes.weights]
+    sd = random_hf_state_dict(g, dtype, torch.Generator().manual_seed(0), d.quant)
+    packed = pack_hf_state_dict(sd, g, dtype, quant=d.quant)
+    engine = {t.data_ptr() for t in sd.values()}
+    tensors = [packed.embed, packed.final_norm, packed.w_head,
+               *(t for layer in packed.layers for t in vars(layer).values() if isinstance(t, torch.Tensor))]
+    copied = {t.data_ptr(): t.numel() * t.element_size() for t in tensors if t.data_ptr() not in engine}
+    assert sum(copied.values()) == footprint(manifest, d.modes[0]).weight_copies > 0
+    shown = CliRunner().invoke(main, ["inspect", str(pkg)]).output
+    assert f"weight copies {footprint(manifest, 'persistent').weight_copies / 1e6:.2f} MB" in shown
