@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..runtime.buffers import StepInputs
+from ..runtime.buffers import Sampling, StepInputs
 from ..runtime.kvcache import KVCache
 from .checkpoints import random_hf_state_dict
 
@@ -62,8 +62,18 @@ def random_case(package, contexts: list[int], tokens_per_row: int, num_blocks: i
     ids = torch.randint(0, package.geometry.vocab, (rows * tokens_per_row,), generator=gen, dtype=torch.int32)
     dev = package.device
     inputs = StepInputs(ids.to(dev), positions.to(dev), tables.to(dev),
-                        torch.tensor(contexts, dtype=torch.int32, device=dev))
+                        torch.tensor(contexts, dtype=torch.int32, device=dev), _sampling(package, rows, gen))
     return DecodeCase(inputs, tokens_per_row)
+
+
+def _sampling(package, rows: int, gen: torch.Generator) -> Sampling | None:
+    """A sampling head's settings for the bench and tests: every row drawn at temperature 1 from
+    its whole distribution (one rejection round), each with a seed of its own."""
+    if package.manifest.deployment.head != "sample":
+        return None
+    dev = package.device
+    return Sampling(torch.ones(rows, device=dev), torch.zeros(rows, dtype=torch.int32, device=dev),
+                    torch.ones(rows, device=dev), torch.randint(0, 2**62, (rows,), generator=gen).to(dev))
 
 
 def random_band_step(package, band: str, context: int, mode: str, seed: int = 0):

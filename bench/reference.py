@@ -10,6 +10,7 @@ nothing (their attention output is zero).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ..runtime.rope import angles
@@ -92,3 +93,53 @@ def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row:
         accepted.append(n)
         emitted.append(row_ids[: n + 1] + [-1] * (t - n - 1))
     return accepted, emitted
+
+
+PHILOX_ROUND = (0xD2511F53, 0xCD9E8D57)
+PHILOX_KEY = (0x9E3779B9, 0xBB67AE85)
+MASK32 = 0xFFFFFFFF
+
+
+def philox_uniforms(seed: int, position: int, round: int, vocab: int) -> np.ndarray:
+    """The sampling head's uniforms for one row and round, one per vocabulary entry, in float64:
+    Philox4x32-10 with key (seed's low, high words) and counter (v, position, round, 0), the first
+    output word's top 23 bits plus a half, over 2²³ (as the programs compute them, exactly)."""
+    c0 = np.arange(vocab, dtype=np.uint64)
+    c1 = np.full(vocab, position & MASK32, dtype=np.uint64)
+    c2 = np.full(vocab, round & MASK32, dtype=np.uint64)
+    c3 = np.zeros(vocab, dtype=np.uint64)
+    k0, k1 = np.uint64(seed & MASK32), np.uint64((seed >> 32) & MASK32)
+    a, b, m32 = np.uint64(PHILOX_ROUND[0]), np.uint64(PHILOX_ROUND[1]), np.uint64(MASK32)
+    for _ in range(10):
+        p0, p2 = b * c2, a * c0  # 32 × 32 → 64-bit products, exact in uint64
+        c0, c1, c2, c3 = (p0 >> np.uint64(32)) ^ c1 ^ k0, p0 & m32, (p2 >> np.uint64(32)) ^ c3 ^ k1, p2 & m32
+        k0, k1 = (k0 + np.uint64(PHILOX_KEY[0])) & m32, (k1 + np.uint64(PHILOX_KEY[1])) & m32
+    return ((c0 >> np.uint64(9)).astype(np.float64) + 0.5) / 2.0**23
+
+
+def sample_reference(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int, position: int,
+                     max_rounds: int) -> tuple[int, float]:
+    """One row's draw by the sampling head's rule, in float64 from its fp32 logits and the same
+    uniforms (``philox_uniforms``): (the id, the smallest margin any of its decisions had: the
+    Gumbel maximum over the runner-up, the mass test's distance from its bound; below fp32's
+    rounding, the programs may decide otherwise)."""
+    logit = logits.double().numpy()
+    greedy = int(np.argmax(logit))
+    if temperature <= 0 or top_p <= 0:
+        return greedy, float("inf")
+    best = logit.max()
+    e = np.exp((logit - best) / temperature)
+    total, floor, margin = e.sum(), -np.inf, float("inf")
+    for r in range(max_rounds):
+        z = np.where(logit > floor, (logit - best) / temperature - np.log(-np.log(
+            philox_uniforms(seed, position, r, logit.size))), -np.inf)
+        x = int(np.argmax(z))
+        runner_up = np.partition(z, -2)[-2]
+        margin = min(margin, float(z[x] - runner_up))
+        over = logit > logit[x]
+        mass = e[over].sum()
+        margin = min(margin, float(abs(mass - top_p * total) / total))
+        if (top_k <= 0 or over.sum() < top_k) and mass < top_p * total:
+            return x, margin
+        floor = logit[x]
+    return greedy, margin

@@ -146,7 +146,7 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
             for mode in modes or pkg.modes:
                 step = pkg.bind(weights, cache, mode)
                 args = (i.tokens, i.positions, i.block_tables, i.context_lens)
-                timing = _timing(time_replays(lambda step=step, args=args: step(*args), iters))
+                timing = _timing(time_replays(lambda step=step, args=args, s=i.sampling: step(*args, sampling=s), iters))
                 if ours_logits is None:
                     ours_logits = step.logits.clone()
                 if baseline and base_timing is None:

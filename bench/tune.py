@@ -113,7 +113,7 @@ class _Timer:
         step = pkg.bind(self._weights, self._cache, mode)
         i = self._case[1]
         args = (i.tokens, i.positions, i.block_tables, i.context_lens)
-        return statistics.median(time_replays(lambda: step(*args), self.iters))
+        return statistics.median(time_replays(lambda: step(*args, sampling=i.sampling), self.iters))
 
 
 class _BandSearch:

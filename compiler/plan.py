@@ -332,12 +332,12 @@ class Planner:
         parts = self._k_splits(band).down
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
-              "GREEDY": d.head == "ids", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
+              "GREEDY": d.head != "logits", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
               "NORM_ROWS": _norm_rows_per_load(entry, band)}
 
         def shape(grid: int) -> HeadShape:
-            return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head == "ids",
-                             norm_stage, tuple(sorted(cx.items())), band.tokens)
+            return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",
+                             norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample")
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

@@ -22,7 +22,7 @@ from .quant import restated_quant
 from .targets import TARGETS, Target
 
 DTYPES = ("bf16", "fp32")
-HEADS = ("logits", "ids")
+HEADS = ("logits", "ids", "sample")
 MODES = ("persistent", "staged")
 MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16
 MAX_SM_COUNT = 1024  # SMs or CUs of one device: the grid is a multiple of it
@@ -148,6 +148,10 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
     if not isinstance(modes, list) or not modes:
         raise InputError(src, "modes", f"expected a non-empty list of {', '.join(MODES)}")
     modes = tuple(_choice(src, f"modes[{i}]", m, MODES) for i, m in enumerate(modes))
+    head = _choice(src, "head", doc["head"], HEADS)
+    if head == "sample" and doc.get("verify") is not None:
+        raise Refusal(src, "verify: with head: sample, a verify band's verdict would need rejection sampling for "
+                           "its sampled rows, which is not served yet (head: ids serves the greedy verdict)")
     return Deployment(
         target=target,
         sm_count=_int(src, "sm_count", doc["sm_count"], maximum=MAX_SM_COUNT),
@@ -155,7 +159,7 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         kv_cache=KVLayout(_choice(src, "kv_cache.dtype", kv.get("dtype"), DTYPES), block_size),
         bands=_bands(src, doc),
         max_context=_int(src, "max_context", doc["max_context"], minimum=16, maximum=MAX_CONTEXT),
-        head=_choice(src, "head", doc["head"], HEADS),
+        head=head,
         modes=tuple(sorted(set(modes), key=MODES.index)),
         lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15), maximum=2**62),
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),

@@ -17,6 +17,7 @@ from .schema import Band
 
 ELEMENT_BYTES = {"fp8e4nv": 1, "bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
+SAMPLING_BYTES = 4 + 4 + 4 + 8  # a sampling head's per-row settings: temperature, top-k, top-p, seed
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def band_footprint(manifest: Manifest, step) -> BandFootprint:
         band=step.band, scratch=sum(scratch.values()), activations=2 * _numel(act_shape) * 4,
         outputs=m * g.vocab * 4 + m * 4 + sum(verdict.values()),
         control=(launches * max(counters, 1) + 1 + HANG_RECORD * hang + launches * clock) * 8,
-        inputs=(2 * m + rows * blocks + rows) * 4)
+        inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0))
 
 
 def weight_copies(manifest: Manifest) -> int:

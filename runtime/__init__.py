@@ -9,6 +9,7 @@ Imports torch and the GPU vendor's driver binding only (never Triton or the comp
 """
 
 from ..manifest import PackageError, read_manifest
+from .buffers import Sampling
 from .checkpoint import CheckpointError, SafetensorsCheckpoint
 from .hangs import WaitTimeout
 from .kvcache import KVCache, KVCacheError
@@ -17,5 +18,5 @@ from .step import DecodeStep, StepInputError
 from .weights import WeightError
 
 __all__ = ["CheckpointError", "DecodeStep", "DeviceRefused", "KVCache", "KVCacheError", "Package", "PackageError",
-           "SafetensorsCheckpoint", "StepInputError", "WaitTimeout", "WeightError", "load",
+           "Sampling", "SafetensorsCheckpoint", "StepInputError", "WaitTimeout", "WeightError", "load",
            "read_manifest"]

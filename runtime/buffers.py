@@ -24,18 +24,33 @@ TORCH_DTYPES = {"fp8e4nv": torch.float8_e4m3fn, "bf16": torch.bfloat16, "fp32": 
 
 
 @dataclass(frozen=True)
+class Sampling:
+    """A sampling head's per-row settings, device tensors the engine writes (a replay reads them)."""
+
+    temperature: torch.Tensor  # fp32 [rows]; 0: the greedy id
+    top_k: torch.Tensor  # int32 [rows]; 0: no limit
+    top_p: torch.Tensor  # fp32 [rows]; 1: no limit (≤ 0: the greedy id)
+    seed: torch.Tensor  # int64 [rows]: with the token's position, the key of its draws
+
+    DTYPES = {"temperature": torch.float32, "top_k": torch.int32, "top_p": torch.float32, "seed": torch.int64}
+
+
+@dataclass(frozen=True)
 class StepInputs:
     tokens: torch.Tensor  # int32 [rows·tokens]
     positions: torch.Tensor  # int32 [rows·tokens]
     block_tables: torch.Tensor  # int32 [rows, max blocks per row]
     context_lens: torch.Tensor  # int32 [rows]; 0 marks a padding row
+    sampling: Sampling | None = None  # a sampling head's
 
 
-def input_copies(m: int, rows: int, max_blocks: int, device) -> StepInputs:
+def input_copies(m: int, rows: int, max_blocks: int, device, sampled: bool = False) -> StepInputs:
     """A band's own step inputs, which callers' inputs of another shape are copied and padded into."""
     i32 = dict(dtype=torch.int32, device=device)
+    sampling = Sampling(*(torch.zeros(rows, dtype=t, device=device) for t in Sampling.DTYPES.values())) \
+        if sampled else None
     return StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32), torch.zeros(rows, max_blocks, **i32),
-                      torch.zeros(rows, **i32))
+                      torch.zeros(rows, **i32), sampling)
 
 
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
@@ -108,7 +123,10 @@ class StepBuffers:
             found = {"k_cache": k_caches, "v_cache": v_caches, "k_tiles": k_caches, "v_tiles": v_caches}.get(name)
             found = found[layer] if found is not None else None
         elif role == "step_input":
-            found = inputs.block_tables.stride(0) if name == "bt_stride" else getattr(inputs, name, None)
+            if name in Sampling.DTYPES:
+                found = getattr(inputs.sampling, name, None)
+            else:
+                found = inputs.block_tables.stride(0) if name == "bt_stride" else getattr(inputs, name, None)
         elif role == "table" and name == "rope":
             found = self.rope
         elif role == "sync" and name == "counters":

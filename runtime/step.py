@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from ..schema import Step
-from .buffers import StepInputs, band_buffers, input_copies
+from .buffers import Sampling, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
 from .hangs import check_hang_log
 from .kvcache import KVCache
@@ -55,9 +55,12 @@ def _param(program, arg, value):
 
 
 def _input_values(inputs: StepInputs) -> dict[str, int]:
-    return {"tokens": inputs.tokens.data_ptr(), "positions": inputs.positions.data_ptr(),
-            "block_tables": inputs.block_tables.data_ptr(), "context_lens": inputs.context_lens.data_ptr(),
-            "bt_stride": inputs.block_tables.stride(0)}
+    values = {"tokens": inputs.tokens.data_ptr(), "positions": inputs.positions.data_ptr(),
+              "block_tables": inputs.block_tables.data_ptr(), "context_lens": inputs.context_lens.data_ptr(),
+              "bt_stride": inputs.block_tables.stride(0)}
+    if inputs.sampling is not None:
+        values.update({name: getattr(inputs.sampling, name).data_ptr() for name in Sampling.DTYPES})
+    return values
 
 
 class _BandStep:
@@ -70,7 +73,7 @@ class _BandStep:
         programs = {p.name: p for p in manifest.programs}
         self.buffers = band_buffers(manifest, spec, device, rope)
         self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
-        self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device)
+        self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device, deployment.head == "sample")
         self.launches = []
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
@@ -80,13 +83,15 @@ class _BandStep:
             self.launches.append(_Launch(p.name, package.kernels[p.name], params, slots))
         self._bound = _input_values(self.own)
 
-    def prepare(self, tokens, positions, block_tables, context_lens, device) -> StepInputs:
+    def prepare(self, tokens, positions, block_tables, context_lens, device, sampling: Sampling | None = None
+                ) -> StepInputs:
         """The inputs the programs read: the caller's tensors in place, or copies padded to the band."""
         rows = context_lens.shape[0]
-        given = StepInputs(tokens, positions, block_tables, context_lens)
+        given = StepInputs(tokens, positions, block_tables, context_lens, sampling)
+        settings = [(getattr(sampling, n), t) for n, t in Sampling.DTYPES.items()] if sampling is not None else []
         in_place = rows == self.band.rows and all(
-            t.dtype == torch.int32 and t.device == device and t.stride(-1) == 1 and t.data_ptr() % ALIGNMENT == 0
-            for t in (tokens, positions, block_tables, context_lens))
+            t.dtype == dtype and t.stride(-1) == 1 and t.data_ptr() % ALIGNMENT == 0
+            for t, dtype in [(t, torch.int32) for t in (tokens, positions, block_tables, context_lens)] + settings)
         if in_place:
             return given
         if block_tables.shape[1] > self.max_blocks:
@@ -98,10 +103,15 @@ class _BandStep:
         own.positions[:m].copy_(positions, non_blocking=True)
         own.block_tables[:rows, : block_tables.shape[1]].copy_(block_tables, non_blocking=True)
         own.context_lens[:rows].copy_(context_lens, non_blocking=True)
-        if rows < self.band.rows:  # padding rows: context 0 (dead), token 0 (a valid id)
+        if sampling is not None:
+            for name in Sampling.DTYPES:
+                getattr(own.sampling, name)[:rows].copy_(getattr(sampling, name), non_blocking=True)
+        if rows < self.band.rows:  # padding rows: context 0 (dead), token 0 (a valid id), greedy
             own.context_lens[rows:].zero_()
             own.tokens[m:].zero_()
             own.positions[m:].zero_()
+            if own.sampling is not None:
+                own.sampling.temperature[rows:].zero_()
         return own
 
     def run(self, inputs: StepInputs, stream: int) -> None:
@@ -116,12 +126,15 @@ class _BandStep:
 
 
 class DecodeStep:
-    """``step(input_ids, positions, block_tables, context_lens)`` → next ids (greedy head) or logits.
+    """``step(input_ids, positions, block_tables, context_lens[, sampling])`` → next ids (a greedy or
+    sampling head) or logits.
 
     ``input_ids`` and ``positions`` are [rows·tokens] (token j of row b at b·tokens + j),
     ``block_tables`` [rows, blocks], ``context_lens`` [rows] (the context including this step's
-    tokens; 0 marks a padding row), all int32 on the package's device. The returned tensor is a
-    view of the step's output buffer, overwritten by the next step of the same band.
+    tokens; 0 marks a padding row), all int32 on the package's device; a sampling head's step also
+    takes ``sampling``, the rows' settings (``runtime.Sampling``, [rows] each, on the device). The
+    returned tensor is a view of the step's output buffer, overwritten by the next step of the same
+    band.
     """
 
     def __init__(self, package, weights: PackedWeights, cache: KVCache, mode: str):
@@ -130,7 +143,8 @@ class DecodeStep:
         rope = rope_table(package.geometry, deployment.max_context, package.device)
         specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
         self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
-        self.greedy = deployment.head == "ids"
+        self.greedy = deployment.head != "logits"
+        self.sampled = deployment.head == "sample"
         self.debug_waits = deployment.debug_wait_spins > 0
         self._thread = threading.get_ident()
         self._last: tuple[_BandStep, int] | None = None
@@ -154,7 +168,7 @@ class DecodeStep:
                              f"up to {served})")
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor) -> torch.Tensor:
+                 context_lens: torch.Tensor, sampling: Sampling | None = None) -> torch.Tensor:
         device = self.package.device
         for name, t, dims in (("input_ids", input_ids, 1), ("positions", positions, 1),
                               ("block_tables", block_tables, 2), ("context_lens", context_lens, 1)):
@@ -165,6 +179,7 @@ class DecodeStep:
             if t.dtype not in (torch.int32, torch.int64):
                 raise StepInputError(f"{name}: expected int32, got {t.dtype}")
         rows = context_lens.shape[0]
+        self._check_sampling(sampling, rows, device)
         if rows == 0 or input_ids.shape[0] % rows or positions.shape != input_ids.shape or block_tables.shape[0] != rows:
             raise StepInputError(f"input_ids {list(input_ids.shape)}, positions {list(positions.shape)}, block_tables "
                                  f"{list(block_tables.shape)} and context_lens {list(context_lens.shape)} do not agree "
@@ -174,13 +189,23 @@ class DecodeStep:
         if threading.get_ident() != self._thread:
             self.package.make_current()
             self._thread = threading.get_ident()
-        inputs = band.prepare(input_ids, positions, block_tables, context_lens, device)
+        inputs = band.prepare(input_ids, positions, block_tables, context_lens, device, sampling)
         band.run(inputs, torch.cuda.current_stream(device).cuda_stream)
         if self.debug_waits:
             check_hang_log(band.buffers.hang_log, band.buffers.counters, self.package.manifest, band.spec)
         m = rows * tokens
         self._last = (band, m)
         return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]
+
+    def _check_sampling(self, sampling: Sampling | None, rows: int, device) -> None:
+        if (sampling is not None) != self.sampled:
+            raise StepInputError("sampling: a sampling head's step takes per-row settings (runtime.Sampling)"
+                                 if self.sampled else "sampling: the package's head does not sample (head: "
+                                 f"{self.package.manifest.deployment.head})")
+        for name, dtype in Sampling.DTYPES.items() if sampling is not None else ():
+            t = getattr(sampling, name)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (rows,) or t.dtype != dtype or t.device != device:
+                raise StepInputError(f"sampling.{name}: expected {dtype} [{rows}] on {device}")
 
     def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, Step]:
         """A profiling build's clocks (``--stage-clock``) of the last step run in the band serving

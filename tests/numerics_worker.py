@@ -15,12 +15,13 @@ import yaml
 
 from monobuild.bench.cases import poison_past_context
 from monobuild.bench.checkpoints import random_hf_state_dict
-from monobuild.bench.reference import greedy_verdict, reference_step
+from monobuild.bench.reference import greedy_verdict, reference_step, sample_reference
 from monobuild.compiler.interpret import InterpretedStep
+from monobuild.compiler.ops.head import MAX_ROUNDS
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
-from monobuild.runtime.buffers import StepInputs
+from monobuild.runtime.buffers import Sampling, StepInputs
 from monobuild.runtime.weights import pack_hf_state_dict
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -57,8 +58,14 @@ VARIANTS = {
     # signals), with the RMSNorms as stages of their own or each CTA staging x̂ itself
     "persistent": {"ctas_per_sm": 1},
     "persistent_cta_staging": {"ctas_per_sm": 1, "norm_stages": 0},
+    # a sampling head (staged, and in the persistent head on one CTA)
+    "sample": {},
+    "sample_persistent": {"ctas_per_sm": 1},
 }
-PERSISTENT = ("persistent", "persistent_cta_staging")
+PERSISTENT = ("persistent", "persistent_cta_staging", "sample_persistent")
+# per row: temperature, top_k, top_p (a greedy row, plain temperature, top-k, top-p, both)
+SAMPLING = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (0.7, 0, 0.5)]
+DECIDED = 1e-4  # a sampling decision closer than this is not compared (fp32 rounds z and the mass below 1e-5)
 
 
 def main(case: dict, workdir: Path) -> dict:
@@ -71,7 +78,8 @@ def main(case: dict, workdir: Path) -> dict:
         sm_count = 1
     doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": "logits" if case["variant"] == "logits_head" else "ids", "modes": [mode]}
+           "max_context": 512, "head": {"logits_head": "logits", "sample": "sample", "sample_persistent": "sample"}.get(
+               case["variant"], "ids"), "modes": [mode]}
     if tokens > 1:
         doc["verify"] = {"rows": rows, "tokens": tokens}
     path = workdir / "tiny.yaml"
@@ -104,7 +112,14 @@ def main(case: dict, workdir: Path) -> dict:
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
     step = InterpretedStep(plan, band, weights, k_caches, v_caches, mode)
-    inputs = StepInputs(ids, positions, tables, ctx)
+    sampling = None
+    if doc["head"] == "sample":
+        settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
+        seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
+        sampling = Sampling(torch.tensor([x[0] for x in settings], dtype=torch.float32),
+                            torch.tensor([x[1] for x in settings], dtype=torch.int32),
+                            torch.tensor([x[2] for x in settings], dtype=torch.float32), seeds)
+    inputs = StepInputs(ids, positions, tables, ctx, sampling)
     logits, next_ids = step(inputs)
     ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens)
     repeat_err = None
@@ -113,6 +128,14 @@ def main(case: dict, workdir: Path) -> dict:
         again, _ = step(inputs)
         repeat_err = ((again.double() - first.double()).abs().max()).item()
 
+    sampled = {}
+    if sampling is not None:  # each row's draw against the reference's over the programs' own logits
+        draws = [sample_reference(logits[b], float(sampling.temperature[b]), int(sampling.top_k[b]),
+                                  float(sampling.top_p[b]), int(sampling.seed[b]), int(positions[b]), MAX_ROUNDS)
+                 for b in range(rows)]
+        sampled = {"samples_ok": all(int(next_ids[b]) == x for b, (x, margin) in enumerate(draws) if margin > DECIDED),
+                   "samples_decided": sum(int(margin > DECIDED) for _, margin in draws),
+                   "sampled": next_ids.tolist(), "sampled_wanted": [x for x, _ in draws]}
     verdict = {}
     if tokens > 1 and recipe.deployment.head == "ids":
         live = [b for b in range(rows) if ctx[b]]
@@ -146,6 +169,7 @@ def main(case: dict, workdir: Path) -> dict:
         "repeat_err": repeat_err,
         "counters": step.buffers.counters.tolist(),
         **verdict,
+        **sampled,
     }
 
 

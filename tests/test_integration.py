@@ -159,11 +159,15 @@ def _reference_generation(config: str, seed: int):
     weights = pack_hf_state_dict(sd, g, torch.float64, quant=quant)
     kv = allocate_kv_cache(g, 16, torch.float64, 64, "cpu")
 
-    def step(ids, positions, tables, context_lens):
-        logits = reference_step(g, weights, list(kv.k), list(kv.v), ids, positions, tables, context_lens, 1)
-        return logits.argmax(-1).to(torch.int32)
+    def logits(ids, positions, tables, context_lens):
+        """The float64 reference step's logits (its K/V written into ``kv``)."""
+        return reference_step(g, weights, list(kv.k), list(kv.v), ids, positions, tables, context_lens, 1)
 
-    return model, step, kv, g
+    return model, logits, kv, g
+
+
+def _greedy(logits):
+    return lambda *inputs: logits(*inputs).argmax(-1).to(torch.int32)
 
 
 def _generate(model, prompts: list[torch.Tensor], new: int, eos: int | None) -> list[list[int]]:
@@ -186,7 +190,8 @@ def _generate(model, prompts: list[torch.Tensor], new: int, eos: int | None) -> 
 def test_generation_matches_transformers_generate(config):
     from monobuild.integrations.transformers import decode
 
-    model, step, kv, g = _reference_generation(config, seed=7)
+    model, logits, kv, g = _reference_generation(config, seed=7)
+    step = _greedy(logits)
     gen = torch.Generator().manual_seed(3)
     prompts = [torch.randint(0, g.vocab, (n,), generator=gen) for n in (5, 37, 130)]
     want = _generate(model, prompts, 12, None)
@@ -206,11 +211,51 @@ def test_generation_matches_transformers_generate(config):
 
 
 
+
+def test_sampled_generation_draws_within_each_rows_top_k_reproducibly():
+    """The sampling head's rule in the decode step's place (the float64 reference sampler over the
+    float64 reference step): with the same seeds the same ids; each sampled id within the top-k of
+    the model's own logits at its position (transformers, teacher-forced over the sequence); a row
+    of temperature 0 is generate's greedy row."""
+    from monobuild.bench.reference import sample_reference
+    from monobuild.integrations.transformers import decode, sampling_for
+
+    model, step_logits, kv, g = _reference_generation("tiny-qwen3.json", seed=9)
+    gen = torch.Generator().manual_seed(4)
+    prompts = [torch.randint(0, g.vocab, (n,), generator=gen) for n in (20, 44, 9)]
+    settings = sampling_for(3, "cpu", temperature=[0.0, 1.3, 0.8], top_k=[0, 5, 3], top_p=[1.0, 1.0, 0.9],
+                            seed=[1, 2, 3])
+
+    def sampling_step(ids, positions, tables, context_lens, sampling):
+        logits = step_logits(ids, positions, tables, context_lens)
+        return torch.tensor([sample_reference(logits[b].float(), float(sampling.temperature[b]),
+                                              int(sampling.top_k[b]), float(sampling.top_p[b]),
+                                              int(sampling.seed[b]), int(positions[b]), 64)[0]
+                             for b in range(len(ids))], dtype=torch.int32)
+
+    def run(seeds):
+        s = sampling_for(3, "cpu", settings.temperature, settings.top_k, settings.top_p, seeds)
+        chunks = decode(model, sampling_step, kv, prompts, 10, None, graph=False, sampling=s)
+        return [sum(c, []) for c in zip(*chunks)]
+
+    first, again, other = run([1, 2, 3]), run([1, 2, 3]), run([1, 7, 8])
+    assert first == again and first[1:] != other[1:]
+    assert first[0] == _generate(model, prompts[:1], 10, None)[0]
+    for b, k in ((1, 5), (2, 3)):
+        sequence = torch.cat([prompts[b], torch.tensor(first[b])])
+        with torch.no_grad():
+            logits = model(sequence[None]).logits[0, prompts[b].numel() - 1: -1]
+        ranks = (logits > logits.gather(1, torch.tensor(first[b])[:, None])).sum(1)
+        assert (ranks < k).all(), f"row {b}: an id outside its top-{k}"
+
+
 # the memory a bound package holds beyond the engine's tensors, as `monobuild inspect` reports it
 
-@pytest.mark.parametrize("config, verify", [("tiny-llama.json", None), ("tiny-qwen2-gqa3.json", {"rows": 1, "tokens": 3}),
-                                            ("tiny-qwen3-fp8.json", None)])
-def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path, config, verify):
+@pytest.mark.parametrize("config, verify, head", [("tiny-llama.json", None, "ids"),
+                                                  ("tiny-qwen2-gqa3.json", {"rows": 1, "tokens": 3}, "ids"),
+                                                  ("tiny-qwen3-fp8.json", None, "ids"),
+                                                  ("tiny-llama.json", None, "sample")])
+def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path, config, verify, head):
     from click.testing import CliRunner
 
     from monobuild.bench.checkpoints import random_hf_state_dict
@@ -221,7 +266,7 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
     from monobuild.runtime.weights import pack_hf_state_dict
 
     shutil.copy(DATA / config, tmp_path / config)
-    recipe = tiny_recipe(config=config, **({"verify": verify} if verify else {}))
+    recipe = tiny_recipe(config=config, head=head, **({"verify": verify} if verify else {}))
     out = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--cache",
                                     str(tmp_path / "cache"), "--jobs", "2", "-q"])
     assert out.exit_code == 0, out.output
@@ -234,8 +279,10 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
         assert f.rope == rope_table(g, d.max_context).numel() * 4
         for step in (s for s in manifest.steps if s.mode == mode):
             buffers = band_buffers(manifest, step, "cpu", rope=torch.empty(0))
-            own = input_copies(step.band.m, step.band.rows, blocks, "cpu")
-            allocated = buffers.nbytes + sum(t.numel() * 4 for t in vars(own).values())
+            own = input_copies(step.band.m, step.band.rows, blocks, "cpu", head == "sample")
+            tensors = [own.tokens, own.positions, own.block_tables, own.context_lens,
+                       *(vars(own.sampling).values() if own.sampling is not None else ())]
+            allocated = buffers.nbytes + sum(t.numel() * t.element_size() for t in tensors)
             assert band_footprint(manifest, step).total == allocated
             assert ("accepted" in buffers.verdict) == (step.band.tokens > 1)
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[d.dtypes.weights]
@@ -248,3 +295,19 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
     assert sum(copied.values()) == footprint(manifest, d.modes[0]).weight_copies > 0
     shown = CliRunner().invoke(main, ["inspect", str(pkg)]).output
     assert f"weight copies {footprint(manifest, 'persistent').weight_copies / 1e6:.2f} MB" in shown
+
+
+@pytest.mark.parametrize("target, units", [("gfx942", 304), ("gfx950", 256)])
+def test_a_sampling_head_compiles_and_checks_for_the_amd_targets(tiny_recipe, tmp_path, target, units):
+    """The sampling head's numerics are tested on sm_90 (under the interpreter and on the H200);
+    for gfx942 and gfx950 its programs compile and their contracts hold."""
+    from click.testing import CliRunner
+
+    from monobuild.cli.main import main
+
+    recipe = tiny_recipe(head="sample", target=target, sm_count=units)
+    cache = ["--cache", str(tmp_path / "cache")]
+    out = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2", "-q", *cache])
+    assert out.exit_code == 0, out.output
+    checked = CliRunner().invoke(main, ["check", str(tmp_path / "out" / "tiny" / target), *cache])
+    assert checked.exit_code == 0 and "every contract holds" in checked.output, checked.output

@@ -75,6 +75,9 @@ CASES = [
     ("tiny-qwen3-fp8.json", "bf16", 2, 1, [70, 9], "register_pipeline"),
     ("tiny-llama-fp8.json", "bf16", 1, 6, [130], "split_k"),
     ("tiny-llama-fp8.json", "bf16", 2, 1, [33, 120], "persistent"),
+    # a sampling head: rows greedy, by temperature, within top-k, top-p or both; staged and persistent
+    ("tiny-llama.json", "fp32", 4, 1, [77, 30, 130, 20], "sample"),
+    ("tiny-qwen3.json", "bf16", 2, 1, [60, 200], "sample_persistent"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2}
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
@@ -96,6 +99,8 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
     assert result["ids_match"] is not False or dtype == "bf16", f"{case}: {result}"
     assert result["stray_kv_writes"] == [], f"{case}: KV slots written outside the live rows' new tokens"
     assert result["kv_rel_err"] <= KV_BOUND[dtype], f"{case}: {result}"
+    if "samples_ok" in result:  # each row's draw is the reference's, given the same logits and uniforms
+        assert result["samples_ok"] and result["samples_decided"] >= 1, f"{case}: {result}"
     if "verdict_ok" in result:  # a verify band: the verdict from the programs' own ids, and the drafts set to be accepted
         assert result["verdict_ok"], f"{case}: {result}"
         assert result["accepted"] == result["accepted_wanted"] or not result["ids_match"], f"{case}: {result}"

@@ -315,3 +315,124 @@ def test_a_clock_build_computes_the_same_step_and_clocks_every_stage(llama):
         times = rows[:, 1 : 1 + 2 * len(p.stages)]
         assert (times > 0).all(), f"{p.name}: a CTA left a stage unclocked"
         assert (times[:, 1:] >= times[:, :-1]).all(), f"{p.name}: clocks out of order"
+
+
+SAMPLE = Path(PACKAGES) / "llama-3.2-1b-sample-sm_90" / "sm_90"
+DRAW_STEPS = 2500  # × 8 rows: 10000 draws for each of two settings
+
+
+@pytest.fixture(scope="module")
+def sampler():
+    if not (SAMPLE / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-sample-sm_90/sm_90 "
+                    "(docs/measurements/2026-12-04-h200-serving/llama-3.2-1b-sample-sm_90.yaml)")
+    pkg = runtime.load(SAMPLE)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=3))
+
+
+def _chi2_bound(df: int, z: float = 3.090) -> float:
+    """χ²'s upper 0.1% point for ``df`` degrees of freedom (Wilson–Hilferty; z is the normal's)."""
+    return df * (1 - 2 / (9 * df) + z * (2 / (9 * df)) ** 0.5) ** 3
+
+
+def _allowed(logits: torch.Tensor, temperature: float, top_k: int, top_p: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ids a row may be drawn from (within top-k, and whose more likely ids hold less than
+    top_p) and their probabilities, softmax(logits / temperature) renormalized over them."""
+    p = torch.softmax(logits.double() / temperature, -1)
+    order = p.argsort(descending=True)
+    above = torch.cumsum(p[order], 0) - p[order]  # the mass of the ids more likely than each
+    keep = above < top_p
+    if top_k > 0:
+        keep[top_k:] = False
+    ids = order[keep]
+    return ids, p[ids] / p[ids].sum()
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+def test_sampled_ids_follow_the_softmax_within_top_k_and_top_p(sampler, mode):
+    """Eight rows with the same context draw, each with seeds of its own, 10000 times per setting:
+    every draw is an allowed id, and the counts pass a χ² test against the renormalized softmax
+    at the 0.1% level (rows 0–3: within top-k 20; rows 4–7: within a top-p that holds 30 ids)."""
+    pkg, weights = sampler
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 31)
+    case = random_case(pkg, [300], 1, NUM_BLOCKS, 31)
+    i = case.inputs
+    step = pkg.bind(weights, cache, mode)
+    rows = 8
+    tokens, positions = i.tokens.repeat(rows), i.positions.repeat(rows)
+    tables, ctx = i.block_tables.repeat(rows, 1), i.context_lens.repeat(rows)
+    dev = pkg.device
+    greedy = runtime.Sampling(torch.zeros(rows, device=dev), torch.zeros(rows, dtype=torch.int32, device=dev),
+                              torch.ones(rows, device=dev), torch.zeros(rows, dtype=torch.int64, device=dev))
+    ids = step(tokens, positions, tables, ctx, sampling=greedy).clone()
+    logits = step.logits[0].clone()
+    assert torch.equal(ids.long(), step.logits.argmax(-1)), "temperature 0 is the greedy id"
+    # Random weights with a tied head make one id (the input's) all but certain at temperature 1,
+    # so each setting's temperature spreads its allowed ids: the 20th (30th) largest logit sits
+    # three temperatures below the largest.
+    top = logits.double().sort(descending=True).values
+    t_k, t_p = float(top[0] - top[19]) / 3, float(top[0] - top[29]) / 3
+    p_sorted = torch.softmax(logits.double() / t_p, -1).sort(descending=True).values
+    top_p = float((p_sorted[:29].sum() + p_sorted[:30].sum()) / 2)  # a top-p that holds exactly 30 ids
+    settings = [(t_k, 20, 1.0)] * 4 + [(t_p, 0, top_p)] * 4
+    sampling = runtime.Sampling(torch.tensor([s[0] for s in settings], device=dev),
+                                torch.tensor([s[1] for s in settings], dtype=torch.int32, device=dev),
+                                torch.tensor([s[2] for s in settings], device=dev),
+                                torch.zeros(rows, dtype=torch.int64, device=dev))
+    draws = torch.empty(DRAW_STEPS, rows, dtype=torch.int32, device=dev)
+    for n in range(DRAW_STEPS):
+        sampling.seed.copy_(torch.arange(rows, device=dev) + rows * n + 1)
+        draws[n] = step(tokens, positions, tables, ctx, sampling=sampling)
+    assert torch.equal(step.logits[0], logits), "the logits do not depend on the draws"
+    for first, (temperature, top_k, p) in ((0, settings[0]), (4, settings[4])):
+        allowed, probs = _allowed(logits, temperature, top_k, p)
+        got = draws[:, first:first + 4].flatten().long()
+        assert torch.isin(got, allowed).all(), f"a draw outside the allowed ids ({temperature}, {top_k}, {p})"
+        counts = (got[:, None] == allowed[None, :]).sum(0).double()
+        expected = probs * got.numel()
+        small = expected < 5  # cells too small for χ² are pooled into one
+        obs = torch.cat([counts[~small], counts[small].sum()[None]]) if small.any() else counts
+        exp = torch.cat([expected[~small], expected[small].sum()[None]]) if small.any() else expected
+        chi2 = float(((obs - exp) ** 2 / exp).sum())
+        df = obs.numel() - 1
+        print(f"{mode} temperature {temperature:.3g} top-k {top_k} top-p {p:.4f}: {allowed.numel()} ids, χ² {chi2:.1f} "
+              f"on {df} degrees of freedom (0.1% bound {_chi2_bound(df):.1f})")
+        assert allowed.numel() == (20 if top_k else 30)
+        assert chi2 < _chi2_bound(df)
+
+
+def test_a_draw_is_reproducible_and_a_graph_replay_draws_afresh(sampler):
+    """The same seed and position give the same id, eagerly or replayed; a replay reads the
+    seeds its captured tensors hold, so new seeds give new draws with no host work."""
+    pkg, weights = sampler
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 41)
+    case = random_case(pkg, [200], 1, NUM_BLOCKS, 41)
+    i = case.inputs
+    step = pkg.bind(weights, cache, "persistent")
+    dev = pkg.device
+    args = (i.tokens, i.positions, i.block_tables, i.context_lens)
+    greedy = runtime.Sampling(torch.zeros(1, device=dev), torch.zeros(1, dtype=torch.int32, device=dev),
+                              torch.ones(1, device=dev), torch.tensor([7], device=dev))
+    step(*args, sampling=greedy)
+    top = step.logits[0].double().sort(descending=True).values
+    spread = float(top[0] - top[19]) / 3  # a temperature under which the top ids are not all but certain
+    sampling = runtime.Sampling(torch.full((1,), spread, device=dev), torch.full((1,), 20, dtype=torch.int32, device=dev),
+                                torch.ones(1, device=dev), torch.tensor([7], device=dev))
+    eager = [int(step(*args, sampling=sampling)) for _ in range(2)]
+    assert eager[0] == eager[1]
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(*args, sampling=sampling)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = step(*args, sampling=sampling)
+    graph.replay()
+    assert int(out) == eager[0]
+    seen = set()
+    for s in range(64):
+        sampling.seed.fill_(1000 + s)
+        graph.replay()
+        seen.add(int(out))
+    assert len(seen) > 1, "new seeds, the same id every replay"

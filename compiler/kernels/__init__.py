@@ -6,8 +6,8 @@ from .attention import attention_op, attention_prefetch
 from .combine import combine_op
 from .floor import floor_kernel, floor_streaming_kernel
 from .gemv import gemv_op, gemv_prefetch
-from .head import argmax_op, embed_op, logits_op
+from .head import argmax_op, embed_op, logits_op, sample_op
 from .norm import norm_op
 
 __all__ = ["argmax_op", "attention_op", "attention_prefetch", "combine_op", "embed_op", "floor_kernel",
-           "floor_streaming_kernel", "gemv_op", "gemv_prefetch", "logits_op", "norm_op"]
+           "floor_streaming_kernel", "gemv_op", "gemv_prefetch", "logits_op", "norm_op", "sample_op"]

@@ -30,7 +30,7 @@ import triton.language as tl
 from monobuild.compiler.kernels.attention import attention_op, attention_prefetch
 from monobuild.compiler.kernels.combine import combine_op
 from monobuild.compiler.kernels.gemv import gemv_op, gemv_prefetch
-from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op
+from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, sample_op
 from monobuild.compiler.kernels.norm import norm_op
 from monobuild.compiler.kernels.sync import clock_end, clock_start, signal, step_epoch, wait
 """

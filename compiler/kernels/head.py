@@ -84,3 +84,75 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
             n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
             tl.store(accepted + row, n)
             tl.store(emitted + m, tl.where(j <= n, ids, -1), mask=j < TOKENS)
+
+
+@triton.jit
+def _uniform(seed, v, position, round):
+    """A uniform draw in (0, 1) per vocabulary entry ``v``: Philox4x32-10 keyed by the row's seed,
+    its counter (v, position, round, 0); its first word's top 23 bits plus a half, over 2²³ (exact
+    in fp32, so never 0 or 1)."""
+    zero = v * 0
+    word, _, _, _ = tl.philox(seed, v, zero + position, zero + round, zero)
+    return ((word >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+
+
+@triton.jit
+def sample_op(pid, pre, logits, tile_max, tile_arg, next_ids, positions, temperature, top_k, top_p, seed,
+              V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
+              TOKENS: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+    """next_ids[m]: an id drawn from softmax(logits / temperature) over the row's set S, the ids
+    within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
+    against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max,
+    one pass), accept it if x ∈ S (a second pass counts the ids above it and their mass), else
+    raise the floor to x (every id at or below it is outside S too) and draw again; the draws'
+    uniforms come from the row's seed, the token's position and the round. A row of temperature
+    0 (or top_p ≤ 0) takes its greedy id, the first index of its largest logit."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    t = tl.arange(0, TILES_P)
+    n = tl.arange(0, BV)
+    for m in range(pid, M, G):
+        vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+        args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
+        best = tl.max(vals, axis=0)
+        pick = tl.min(tl.where(vals == best, args, V), axis=0)
+        row = m // TOKENS
+        temp = tl.load(temperature + row)
+        p = tl.load(top_p + row)
+        if (temp > 0.0) & (p > 0.0):
+            k = tl.load(top_k + row)
+            key = tl.load(seed + row)
+            position = tl.load(positions + m).to(tl.uint32)
+            inv_t = 1.0 / temp
+            total = tl.full([], 0.0, tl.float32)
+            for v0 in range(0, V, BV):  # the distribution's mass (relative to its largest term)
+                v = v0 + n
+                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                total += tl.sum(tl.exp((logit - best) * inv_t), axis=0)
+            floor = tl.full([], float("-inf"), tl.float32)
+            done = temp < 0.0  # false: a draw is accepted
+            r = tl.full([], 0, tl.int32)
+            while (r < MAX_ROUNDS) & (~done):
+                top_z = tl.full([], float("-inf"), tl.float32)
+                x = pick
+                for v0 in range(0, V, BV):  # one draw among the ids above the floor
+                    v = v0 + n
+                    logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                    u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
+                    z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
+                    chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                    x = tl.where(chunk_z > top_z, v0 + at, x)
+                    top_z = tl.maximum(chunk_z, top_z)
+                lx = tl.load(logits + m * V + x, cache_modifier=".cg")
+                above = tl.full([], 0, tl.int32)
+                mass = tl.full([], 0.0, tl.float32)
+                for v0 in range(0, V, BV):  # the ids more likely than x: how many, and their mass
+                    v = v0 + n
+                    logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                    over = logit > lx
+                    above += tl.sum(over.to(tl.int32), axis=0)
+                    mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+                done = ((k <= 0) | (above < k)) & (mass < p * total)
+                pick = tl.where(done, x, pick)
+                floor = tl.where(done, floor, lx)
+                r += 1
+        tl.store(next_ids + m, pick)

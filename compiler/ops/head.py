@@ -1,5 +1,6 @@
 """The programs around the layers as op lists: the embedding (one op), and the head: [norm],
-logits and, for a greedy head, argmax (with a verify band's greedy verdict)."""
+logits and, for a greedy head, argmax (with a verify band's greedy verdict), for a sampling head
+sample."""
 
 from __future__ import annotations
 
@@ -11,6 +12,10 @@ from .dense import region_arg, tensor, x_hat
 from .spec import Need, Op, WeightStream
 
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
+#: a sampling head's per-row inputs: the engine's device tensors, read in place
+SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
+SAMPLE_CHUNK = 2048  # vocabulary entries a sampling pass loads at a time
+MAX_ROUNDS = 64  # a row's rejection rounds before it takes its greedy id (reached with negligible probability)
 
 
 @dataclass(frozen=True)
@@ -27,6 +32,7 @@ class HeadShape:
     norm_stage: bool
     params: tuple[tuple[str, object], ...]
     tokens: int = 1  # tokens per row: above 1, a speculative verify band (its greedy head returns the verdict)
+    sampled: bool = False  # the head samples each row's id (per-row temperature, top-k, top-p, seed)
 
     @property
     def tiles(self) -> int:
@@ -51,7 +57,7 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
     if s.greedy:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
-                    Region("next_ids", "io", "i32", (s.m,), "argmax", ())]
+                    Region("next_ids", "io", "i32", (s.m,), "sample" if s.sampled else "argmax", ())]
         if s.tokens > 1:
             regions += [Region("accepted", "io", "i32", (s.m // s.tokens,), "argmax", ()),
                         Region("emitted", "io", "i32", (s.m // s.tokens, s.tokens), "argmax", ())]
@@ -91,7 +97,20 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
         io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
-    if s.greedy:
+    if s.sampled:
+        sampling = tuple((n, tensor(n, dtype, "step_input")) for n, dtype in SAMPLING_INPUTS)
+        ops.append(Op("sample", "sample_op", None, s.m,
+                      "(token row): the id drawn from softmax(logits / temperature) within the row's top-k and "
+                      "top-p (greedy where temperature is 0)",
+                      (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
+                       ("next_ids", arg["next_ids"]), ("positions", tensor("positions", "i32", "step_input")),
+                       *sampling, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
+                       ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
+                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg", "logits"),
+                      needs=(Need("tile_max", "the row's tiles"), Need("tile_arg", "the row's tiles"),
+                             Need("logits", "the row's logits")),
+                      io_bytes=s.m * 4))
+    elif s.greedy:
         rows, verify = s.m // s.tokens, s.tokens > 1
         verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
                     ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
