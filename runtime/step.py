@@ -125,6 +125,20 @@ class _BandStep:
             launch.kernel.launch(stream, launch.params.address)
 
 
+def check_sampling(sampling: Sampling | None, head: str, rows: int, device) -> None:
+    """Refuse (``StepInputError``) sampling settings a step of a package whose head is ``head``
+    cannot take for ``rows`` rows on ``device``: missing for a sampling head, given to another, or
+    not ``runtime.Sampling``'s dtypes, [rows] each, on the device."""
+    if (sampling is not None) != (head == "sample"):
+        raise StepInputError("sampling: a sampling head's step takes per-row settings (runtime.Sampling)"
+                             if head == "sample" else f"sampling: the package's head does not sample (head: {head})")
+    for name, dtype in Sampling.DTYPES.items() if sampling is not None else ():
+        t = getattr(sampling, name)
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != (rows,) or t.dtype != dtype or \
+                t.device != torch.device(device):
+            raise StepInputError(f"sampling.{name}: expected {dtype} [{rows}] on {device}")
+
+
 class DecodeStep:
     """``step(input_ids, positions, block_tables, context_lens[, sampling])`` → next ids (a greedy or
     sampling head) or logits.
@@ -144,7 +158,6 @@ class DecodeStep:
         specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
         self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
         self.greedy = deployment.head != "logits"
-        self.sampled = deployment.head == "sample"
         self.debug_waits = deployment.debug_wait_spins > 0
         self._thread = threading.get_ident()
         self._last: tuple[_BandStep, int] | None = None
@@ -179,7 +192,7 @@ class DecodeStep:
             if t.dtype not in (torch.int32, torch.int64):
                 raise StepInputError(f"{name}: expected int32, got {t.dtype}")
         rows = context_lens.shape[0]
-        self._check_sampling(sampling, rows, device)
+        check_sampling(sampling, self.package.manifest.deployment.head, rows, device)
         if rows == 0 or input_ids.shape[0] % rows or positions.shape != input_ids.shape or block_tables.shape[0] != rows:
             raise StepInputError(f"input_ids {list(input_ids.shape)}, positions {list(positions.shape)}, block_tables "
                                  f"{list(block_tables.shape)} and context_lens {list(context_lens.shape)} do not agree "
@@ -196,16 +209,6 @@ class DecodeStep:
         m = rows * tokens
         self._last = (band, m)
         return band.buffers.next_ids[:m] if self.greedy else band.buffers.logits[:m]
-
-    def _check_sampling(self, sampling: Sampling | None, rows: int, device) -> None:
-        if (sampling is not None) != self.sampled:
-            raise StepInputError("sampling: a sampling head's step takes per-row settings (runtime.Sampling)"
-                                 if self.sampled else "sampling: the package's head does not sample (head: "
-                                 f"{self.package.manifest.deployment.head})")
-        for name, dtype in Sampling.DTYPES.items() if sampling is not None else ():
-            t = getattr(sampling, name)
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != (rows,) or t.dtype != dtype or t.device != device:
-                raise StepInputError(f"sampling.{name}: expected {dtype} [{rows}] on {device}")
 
     def stage_clock(self, rows: int = 1, tokens: int = 1) -> tuple[torch.Tensor, Step]:
         """A profiling build's clocks (``--stage-clock``) of the last step run in the band serving

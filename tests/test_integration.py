@@ -140,6 +140,32 @@ def test_each_step_is_answered_with_its_reason(rows, tokens, context, why):
     assert step_refusal(BANDS, 256, rows, tokens, context) == why
 
 
+
+def _settings(rows=2, **changes):
+    from monobuild.runtime import Sampling
+
+    fields = {"temperature": torch.ones(rows), "top_k": torch.zeros(rows, dtype=torch.int32),
+              "top_p": torch.ones(rows), "seed": torch.zeros(rows, dtype=torch.int64)}
+    fields.update(changes)
+    return Sampling(**fields)
+
+
+@pytest.mark.parametrize("head, sampling, message", [
+    ("sample", None, "sampling: a sampling head's step takes per-row settings (runtime.Sampling)"),
+    ("ids", _settings(), "sampling: the package's head does not sample (head: ids)"),
+    ("sample", _settings(top_k=torch.zeros(2, dtype=torch.int64)), "sampling.top_k: expected torch.int32 [2] on cpu"),
+    ("sample", _settings(temperature=torch.ones(3)), "sampling.temperature: expected torch.float32 [2] on cpu"),
+    ("sample", _settings(seed=[0, 1]), "sampling.seed: expected torch.int64 [2] on cpu"),
+])
+def test_sampling_settings_a_step_cannot_take_are_named(head, sampling, message):
+    from monobuild.runtime.step import StepInputError, check_sampling
+
+    with pytest.raises(StepInputError) as e:
+        check_sampling(sampling, head, 2, "cpu")
+    assert str(e.value) == message
+    check_sampling(_settings() if head == "sample" else None, head, 2, "cpu")  # the right settings pass
+
+
 # generation: the float64 reference step decoding after transformers' prefill, against generate
 
 transformers = pytest.importorskip("transformers")
