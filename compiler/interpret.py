@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..footprint import StepLayout
 from ..runtime.buffers import StepBuffers, StepInputs
 from ..runtime.weights import PackedWeights
 from .emit import emit
@@ -98,8 +99,9 @@ class InterpretedStep:
         self.kernels = {name: program.kernel() for name, (_, program) in self.programs.items()}
         regions = [r for p, _ in self.programs.values() for r in p.regions]
         g = self.recipe.geometry
-        self.buffers = StepBuffers(g, regions, band.m, len(self.step.launches), self.recipe.deployment.max_context,
-                                   poison=True, counters=max(p.counters for p, _ in self.programs.values()))
+        layout = StepLayout(tuple(regions), len(self.step.launches), max(p.counters for p, _ in self.programs.values()),
+                            0, (0, 0))
+        self.buffers = StepBuffers(g, layout, band.m, self.recipe.deployment.max_context, poison=True)
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
 
     def __call__(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:

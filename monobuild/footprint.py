@@ -13,11 +13,50 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .manifest import Manifest
-from .schema import Band
+from .schema import DTYPE_BYTES, Band, Region, Step
 
-ELEMENT_BYTES = {"fp8e4nv": 1, "bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
 SAMPLING_BYTES = 4 + 4 + 4 + 8  # a sampling head's per-row settings: temperature, top-k, top-p, seed
+VERDICT = ("accepted", "emitted")  # a verify band's greedy verdict, io regions of the head
+
+
+@dataclass(frozen=True)
+class StepLayout:
+    """What a band's step buffers are made of, from the programs its launches run: the one
+    description both ``runtime/buffers.py`` (which allocates them) and the report read."""
+
+    regions: tuple[Region, ...]
+    launches: int
+    counters: int  # sync counters a launch uses, the most of any program
+    hang_slots: int
+    clock_shape: tuple[int, int]  # a profiling build's (CTAs, slots) per launch; (0, 0) otherwise
+
+    @property
+    def scratch(self) -> dict[str, Region]:
+        """Each scratch region once, the largest any program declares under its name."""
+        out: dict[str, Region] = {}
+        for r in self.regions:
+            if r.kind == "scratch" and (r.name not in out or r.nbytes > out[r.name].nbytes):
+                out[r.name] = r
+        return out
+
+    @property
+    def verdict(self) -> tuple[Region, ...]:
+        """A verify band's verdict regions, each once."""
+        return tuple({r.name: r for r in self.regions if r.kind == "io" and r.name in VERDICT}.values())
+
+    def act_shape(self, m: int, hidden: int) -> tuple[int, ...]:
+        """The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says."""
+        return next((tuple(r.shape) for r in self.regions if r.name == "x_in"), (1, m, hidden))
+
+
+def step_layout(manifest: Manifest, step: Step) -> StepLayout:
+    programs = {p.name: p for p in manifest.programs}
+    used = [programs[n] for n in sorted({launch.program for launch in step.launches})]
+    clocked = [p for p in used if p.clock_slots]
+    clock = (max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0)
+    return StepLayout(tuple(r for p in used for r in p.regions), len(step.launches), max(p.counters for p in used),
+                      max(p.hang_slots for p in used), clock)
 
 
 @dataclass(frozen=True)
@@ -57,30 +96,18 @@ def _numel(shape) -> int:
     return n
 
 
-def band_footprint(manifest: Manifest, step) -> BandFootprint:
-    """The buffers ``runtime.step`` allocates for one band's step (``schema.Step``)."""
+def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
+    """The buffers ``runtime.step`` allocates for one band's step."""
     g, d = manifest.geometry, manifest.deployment
-    programs = {p.name: p for p in manifest.programs}
-    used = [programs[n] for n in sorted({launch.program for launch in step.launches})]
-    regions = [r for p in used for r in p.regions]
-    scratch: dict[str, int] = {}
-    for r in regions:
-        if r.kind == "scratch":
-            scratch[r.name] = max(scratch.get(r.name, 0), _numel(r.shape) * ELEMENT_BYTES[r.dtype])
+    layout = step_layout(manifest, step)
     m, rows = step.band.m, step.band.rows
-    act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, g.hidden))
-    verdict = {r.name: _numel(r.shape) * ELEMENT_BYTES[r.dtype] for r in regions
-               if r.kind == "io" and r.name in ("accepted", "emitted")}
-    counters = max(p.counters for p in used)
-    hang = max(p.hang_slots for p in used)
-    clocked = [p for p in used if p.clock_slots]
-    clock = (max(p.grid for p in clocked) * max(p.clock_slots for p in clocked)) if clocked else 0
-    launches = len(step.launches)
     blocks = -(-d.max_context // d.kv_cache.block_size)
+    clock = _numel(layout.clock_shape) if layout.clock_shape[0] else 0
     return BandFootprint(
-        band=step.band, scratch=sum(scratch.values()), activations=2 * _numel(act_shape) * 4,
-        outputs=m * g.vocab * 4 + m * 4 + sum(verdict.values()),
-        control=(launches * max(counters, 1) + 1 + HANG_RECORD * hang + launches * clock) * 8,
+        band=step.band, scratch=sum(r.nbytes for r in layout.scratch.values()),
+        activations=2 * _numel(layout.act_shape(m, g.hidden)) * 4,
+        outputs=m * g.vocab * 4 + m * 4 + sum(r.nbytes for r in layout.verdict),
+        control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots) * 8,
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0))
 
 
@@ -88,11 +115,11 @@ def weight_copies(manifest: Manifest) -> int:
     """Bytes of the weights binding concatenates: per layer q/k/v and gate/up (and their biases or
     block scales)."""
     g, d = manifest.geometry, manifest.deployment
-    projection = ELEMENT_BYTES[d.dtypes.projection]
+    projection = DTYPE_BYTES[d.dtypes.projection]
     rows = g.qkv_rows + 2 * g.intermediate  # the two concatenated projections' rows
     per_layer = rows * g.hidden * projection
     if g.qkv_bias:  # Qwen2's q/k/v biases, concatenated like their weights
-        per_layer += g.qkv_rows * ELEMENT_BYTES[d.dtypes.weights]
+        per_layer += g.qkv_rows * DTYPE_BYTES[d.dtypes.weights]
     if d.quant is not None:
         q = d.quant
         per_layer += sum(q.scale_shape(r, g.hidden)[0] for r in (g.q_heads * g.head_dim, g.kv_heads * g.head_dim,

@@ -10,11 +10,12 @@ a program's ABI to tensors for one launch, so the step path itself allocates not
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
 
+from ..footprint import HANG_RECORD, StepLayout, step_layout
 from ..schema import Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
@@ -55,43 +56,27 @@ def input_copies(m: int, rows: int, max_blocks: int, device, sampled: bool = Fal
 
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
     """The buffers of one band's step (``schema.Step``): the regions, counters and logs of the
-    programs it launches, as the manifest declares them."""
-    programs = {p.name: p for p in manifest.programs}
-    used = sorted({launch.program for launch in spec.launches})
-    regions = [r for name in used for r in programs[name].regions]
-    clocked = [programs[n] for n in used if programs[n].clock_slots]
-    clock_shape = (max(p.grid for p in clocked), max(p.clock_slots for p in clocked)) if clocked else (0, 0)
-    return StepBuffers(manifest.geometry, regions, spec.band.m, len(spec.launches), manifest.deployment.max_context,
-                       device, rope=rope, counters=max(programs[n].counters for n in used),
-                       hang_slots=max(programs[n].hang_slots for n in used), clock_shape=clock_shape)
+    programs it launches, as the manifest declares them (``footprint.step_layout``)."""
+    layout = step_layout(manifest, spec)
+    return StepBuffers(manifest.geometry, layout, spec.band.m, manifest.deployment.max_context, device, rope=rope)
 
 
 class StepBuffers:
-    def __init__(self, geometry: Geometry, regions: Iterable, m: int, launches: int, max_context: int,
-                 device=None, poison: bool = False, rope: torch.Tensor | None = None, counters: int = 0,
-                 hang_slots: int = 0, clock_shape: tuple[int, int] = (0, 0)):
-        regions = list(regions)
-        shapes: dict[str, tuple[tuple[int, ...], str]] = {}
-        for r in regions:
-            if r.kind != "scratch":
-                continue
-            old = shapes.get(r.name)
-            if old is None or _numel(r.shape) > _numel(old[0]):
-                shapes[r.name] = (tuple(r.shape), r.dtype)
+    def __init__(self, geometry: Geometry, layout: StepLayout, m: int, max_context: int, device=None,
+                 poison: bool = False, rope: torch.Tensor | None = None):
         fill = float("nan") if poison else 0.0
-        self.scratch = {n: _alloc(s, d, device, poison) for n, (s, d) in shapes.items()}
+        self.scratch = {n: _alloc(tuple(r.shape), r.dtype, device, poison) for n, r in layout.scratch.items()}
         # a verify band's greedy verdict (the head's accepted counts and emitted ids), as declared
         self.verdict = {r.name: torch.full(tuple(r.shape), -1, dtype=TORCH_DTYPES[r.dtype], device=device)
-                        for r in regions if r.kind == "io" and r.name in ("accepted", "emitted")}
-        # The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says.
-        act_shape = next((tuple(r.shape) for r in regions if r.name == "x_in"), (1, m, geometry.hidden))
-        self.act = [torch.full(act_shape, fill, dtype=torch.float32, device=device) for _ in range(2)]
+                        for r in layout.verdict}
+        self.act = [torch.full(layout.act_shape(m, geometry.hidden), fill, dtype=torch.float32, device=device)
+                    for _ in range(2)]
         self.logits = torch.full((m, geometry.vocab), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
-        self.counters = torch.zeros(launches, max(counters, 1), dtype=torch.int64, device=device)
-        self.hang_log = torch.zeros(1 + 4 * hang_slots, dtype=torch.int64, device=device)  # debug builds
+        self.counters = torch.zeros(layout.launches, max(layout.counters, 1), dtype=torch.int64, device=device)
+        self.hang_log = torch.zeros(1 + HANG_RECORD * layout.hang_slots, dtype=torch.int64, device=device)  # debug
         # profiling builds: per launch, per CTA, the SM id then (start, end) ns per stage
-        self.stage_clock = torch.zeros(launches, *clock_shape, dtype=torch.int64, device=device)
+        self.stage_clock = torch.zeros(layout.launches, *layout.clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry.layers
 
@@ -151,13 +136,6 @@ class StepBuffers:
         if name == "x_out":
             return self.act[(index + 1) % 2] if kind == "layer" else self.act[0]
         return self.act[index % 2]
-
-
-def _numel(shape) -> int:
-    n = 1
-    for s in shape:
-        n *= s
-    return n
 
 
 def _alloc(shape, dtype: str, device, poison: bool) -> torch.Tensor:
