@@ -145,15 +145,21 @@ def _prompts(prompts, device) -> list[torch.Tensor]:
     return out
 
 
+def left_padded(prompts: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The prompts as one batch, each row's ids at its end, as ``generate`` takes them: (ids, attention mask)."""
+    width = max(p.numel() for p in prompts)
+    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=prompts[0].device)
+    mask = torch.zeros_like(ids)
+    for b, p in enumerate(prompts):
+        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    return ids, mask
+
+
 def _prefill(model, kv: runtime.KVCache, prompts: list[torch.Tensor], tables: torch.Tensor) -> torch.Tensor:
     """Run the model over the prompts as one left-padded batch (as ``generate`` does), copy each
     row's cache into its pages; the rows' last logits."""
     lengths = [p.numel() for p in prompts]
-    width = max(lengths)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=tables.device)
-    mask = torch.zeros_like(ids)
-    for b, p in enumerate(prompts):
-        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    ids, mask = left_padded(prompts)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1)
     for layer, cached in enumerate(out.past_key_values.layers):

@@ -198,11 +198,10 @@ def _greedy(logits):
 
 def _generate(model, prompts: list[torch.Tensor], new: int, eos: int | None) -> list[list[int]]:
     """transformers' greedy generate over the left-padded batch, each row's new ids through its end."""
-    width = max(p.numel() for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for b, p in enumerate(prompts):
-        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    from monobuild.integrations.transformers import left_padded
+
+    ids, mask = left_padded(prompts)
+    width = ids.shape[1]
     config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=eos, pad_token_id=0)
     out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)[:, width:].tolist()
     rows = []

@@ -28,7 +28,7 @@ transformers = pytest.importorskip("transformers")
 from monobuild import runtime  # noqa: E402
 from monobuild.bench.cases import random_state_dict  # noqa: E402
 from monobuild.bench.hf import hf_model  # noqa: E402
-from monobuild.integrations.transformers import Decoder, decode  # noqa: E402
+from monobuild.integrations.transformers import Decoder, decode, left_padded  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
 CONFIG = Path(__file__).resolve().parent.parent / "recipes" / "configs" / "llama-3.2-1b.json"
@@ -50,11 +50,8 @@ def _prompts(rows: int, seed: int) -> list[torch.Tensor]:
 
 
 def _hf_generate(model, prompts, new: int):
-    width = max(p.numel() for p in prompts)
-    ids = torch.zeros(len(prompts), width, dtype=torch.long, device=prompts[0].device)
-    mask = torch.zeros_like(ids)
-    for b, p in enumerate(prompts):
-        ids[b, width - p.numel():], mask[b, width - p.numel():] = p, 1
+    ids, mask = left_padded(prompts)
+    width = ids.shape[1]
     config = transformers.GenerationConfig(do_sample=False, max_new_tokens=new, eos_token_id=None, pad_token_id=0,
                                            output_logits=True, return_dict_in_generate=True)
     out = model.generate(input_ids=ids, attention_mask=mask, generation_config=config)
