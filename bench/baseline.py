@@ -1,7 +1,8 @@
 """The PyTorch baseline: the same decode step written plainly in PyTorch, for torch.compile + a CUDA graph.
 
-bf16 weights and activations (what a PyTorch serving stack runs), the same packed weights and
-the same paged KV cache: K/V pages are gathered through the block tables, the step's new K/V are
+bf16 weights and activations (what a PyTorch serving stack runs), the same weights, with q/k/v
+and gate/up fused once into copies of its own (as a PyTorch serving stack fuses them at load),
+and the same paged KV cache: K/V pages are gathered through the block tables, the step's new K/V are
 scattered into them, attention is SDPA over the gathered context with a length mask. An FP8
 checkpoint's projections are dequantized in the graph, blockwise, before each product. Shapes are
 fixed per (band, pages) so torch.compile sees static shapes and the result can be graph-captured.
@@ -14,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ..runtime.rope import rope_table
-from ..runtime.weights import PackedWeights
+from ..runtime.weights import PROJECTIONS, LayerWeights, PackedWeights, dequantize_blocks
 from ..schema import Geometry
 
 
@@ -29,12 +30,32 @@ def _rotate(x, cos, sin):
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
 
 
+class _Fused:
+    """One projection's tensors stacked into one (and an FP8 checkpoint's scales with them, each
+    tensor's rows whole scale blocks), dequantized in the graph."""
+
+    def __init__(self, lw: LayerWeights, name: str):
+        names = PROJECTIONS[name]
+        stack = lambda ts: ts[0] if len(ts) == 1 else torch.cat(ts)  # noqa: E731 — o and down are used as they are
+        self.values = stack([getattr(lw, n) for n in names])
+        scales = [getattr(lw, n + "_scale") for n in names]
+        self.scale = None if scales[0] is None else stack(scales)
+        self.quant = lw.quant
+
+    def weight(self, dtype: torch.dtype) -> torch.Tensor:
+        if self.scale is None:
+            return self.values.to(dtype)
+        return dequantize_blocks(self.values, self.scale, self.quant, dtype)
+
+
 class TorchDecodeStep:
     """``step(tokens, positions, block_tables, context_lens)`` → fp32 logits, in plain PyTorch."""
 
     def __init__(self, geometry: Geometry, weights: PackedWeights, k_caches, v_caches, max_context: int, device):
         self.g, self.w, self.k, self.v = geometry, weights, list(k_caches), list(v_caches)
         self.rope = rope_table(geometry, max_context, device)
+        self.fused = [{name: _Fused(lw, name) for name in PROJECTIONS} for lw in weights.layers]
+        self.bias = [lw.bias() for lw in weights.layers]
 
     def __call__(self, tokens, positions, block_tables, context_lens):
         g, w = self.g, self.w
@@ -55,9 +76,10 @@ class TorchDecodeStep:
         if g.sliding_window:  # and, in a window, those > position − window
             visible &= key_pos[None, :] > positions.long()[:, None] - g.sliding_window
         for layer, lw in enumerate(w.layers):
-            qkv = _rms(x, lw.attn_norm, eps) @ lw.projection("w_qkv", x.dtype).T
-            if lw.b_qkv is not None:
-                qkv = qkv + lw.b_qkv
+            fused = self.fused[layer]
+            qkv = _rms(x, lw.attn_norm, eps) @ fused["qkv"].weight(x.dtype).T
+            if self.bias[layer] is not None:
+                qkv = qkv + self.bias[layer]
             q = qkv[:, : nq * d].view(-1, nq, d)
             k = qkv[:, nq * d: (nq + nkv) * d].view(-1, nkv, d)
             v = qkv[:, (nq + nkv) * d:].view(-1, nkv, d)
@@ -73,7 +95,7 @@ class TorchDecodeStep:
             mask = visible.view(rows, 1, tpr, pages * block)
             attn = F.scaled_dot_product_attention(qr, keys, vals, attn_mask=mask, enable_gqa=True)
             attn = attn.transpose(1, 2).reshape(-1, nq * d)
-            x1 = x + attn @ lw.projection("w_o", x.dtype).T
-            gate, up = (_rms(x1, lw.mlp_norm, eps) @ lw.projection("w_gate_up", x.dtype).T).chunk(2, -1)
-            x = x1 + (F.silu(gate) * up) @ lw.projection("w_down", x.dtype).T
+            x1 = x + attn @ fused["o"].weight(x.dtype).T
+            gate, up = (_rms(x1, lw.mlp_norm, eps) @ fused["gate_up"].weight(x.dtype).T).chunk(2, -1)
+            x = x1 + (F.silu(gate) * up) @ fused["down"].weight(x.dtype).T
         return (_rms(x, w.final_norm, eps) @ w.w_head.T).float()

@@ -42,9 +42,9 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
     cos, sin = a.cos()[:, None, :], a.sin()[:, None, :]
     x = weights.embed[tokens.long()].to(cd)
     for layer, w in enumerate(weights.layers):
-        qkv = _rms(x, w.attn_norm, eps) @ w.projection("w_qkv", cd).T
-        if w.b_qkv is not None:
-            qkv = qkv + w.b_qkv.to(cd)
+        qkv = _rms(x, w.attn_norm, eps) @ w.projection("qkv", cd).T
+        if w.b_q is not None:
+            qkv = qkv + w.bias().to(cd)
         q = qkv[:, : nq * d].view(m, nq, d)
         k = qkv[:, nq * d: (nq + nkv) * d].view(m, nkv, d)
         v = qkv[:, (nq + nkv) * d:].view(m, nkv, d)
@@ -73,9 +73,9 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
                 keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
                 scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
                 attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
-        x1 = x + attn.reshape(m, nq * d) @ w.projection("w_o", cd).T
-        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("w_gate_up", cd).T).chunk(2, dim=-1)
-        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("w_down", cd).T
+        x1 = x + attn.reshape(m, nq * d) @ w.projection("o", cd).T
+        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("gate_up", cd).T).chunk(2, dim=-1)
+        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("down", cd).T
     return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T
 
 

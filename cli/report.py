@@ -84,7 +84,7 @@ def _footprints(m: Manifest) -> list[Footprint]:
 def inspect_json(m: Manifest) -> dict:
     return {
         "recipe": m.recipe, "target": m.target, "sm_count": m.sm_count, "toolchain": dict(m.toolchain),
-        "memory": [{"mode": f.mode, "step_buffers": f.step_buffers, "rope": f.rope, "weight_copies": f.weight_copies,
+        "memory": [{"mode": f.mode, "total": f.total, "rope": f.rope,
                     "bands": [{"band": asdict(b.band), **{k: v for k, v in asdict(b).items() if k != "band"}}
                               for b in f.bands]}
                    for f in _footprints(m)],
@@ -108,12 +108,11 @@ def inspect_text(m: Manifest) -> str:
         fits = "yes" if p.grid <= r.ctas_per_unit * m.sm_count else "NO"
         lines.append(f"{p.name:<26} {p.grid:>5} {p.block:>4} {r.registers:>5} {r.spill_bytes:>5} {r.shared_bytes:>7}"
                      f" {r.ctas_per_unit:>8} {fits:>4}  {p.fingerprint[:16]}")
-    lines.append("device memory a bound step holds beyond the engine's weights and KV cache (given on the device,"
-                 " contiguous, aligned):")
+    lines.append("device memory a bound step holds beyond the engine's weights and KV cache, which it reads in "
+                 "place (given on the device, contiguous, aligned):")
     for f in _footprints(m):
         bands = ", ".join(f"{b.band.name} {_mb(b.total)}" for b in f.bands)
-        lines.append(f"  {f.mode}: {_mb(f.total)}: step buffers {_mb(f.step_buffers)} ({bands}; RoPE table "
-                     f"{_mb(f.rope)}), weight copies {_mb(f.weight_copies)} (q/k/v and gate/up concatenated at bind)")
+        lines.append(f"  {f.mode}: {_mb(f.total)} of step buffers ({bands}; RoPE table {_mb(f.rope)})")
     return "\n".join(lines)
 
 

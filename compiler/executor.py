@@ -141,6 +141,10 @@ def kv_tile_tokens(unit: Ring, head_dim: int, block_size: int) -> int:
     return unit.unit_bytes // (2 * 2 * head_dim) // block_size * block_size
 
 
+#: A GEMV's parameters for the tensors its weight is held as (``ops/dense.Projection``).
+WEIGHT_SLOTS = ("w_ptr", "w2_ptr", "w3_ptr")
+
+
 def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
     """The ops with what the loader streams bound as TMA descriptors (the ABI then names them so:
     the runtime builds each descriptor over the bound tensor): each GEMV's weight in units of the
@@ -150,9 +154,14 @@ def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
     out = []
     for op in ops:
         if op.body == GEMV_BODY:
-            w = op.binding("w_ptr")
-            desc = Arg(w.name, tensordesc_type(w.type.lstrip("*"), unit.rows, unit.cols), w.role)
-            swap = {"w_ptr": desc, "BK": unit.cols}
+            tensors = {k: op.binding(k) for k in WEIGHT_SLOTS if op.binding(k) is not None}
+            bounds = (op.binding("SEG1"), op.binding("SEG2")) if len(tensors) > 1 and not op.binding("GATED") else ()
+            if any(b % unit.rows for b in bounds):
+                raise ValueError(f"op {op.name}: its tensors start at rows {bounds}, not at multiples of its "
+                                 f"{unit.rows}-row units, so a unit would span two of them")
+            swap = {k: Arg(w.name, tensordesc_type(w.type.lstrip("*"), unit.rows, unit.cols), w.role)
+                    for k, w in tensors.items()}
+            swap["BK"] = unit.cols
             op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings))
         elif op.body == ATTENTION_BODY:
             d, bs = op.binding("D"), op.binding("BS")

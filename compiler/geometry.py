@@ -16,7 +16,7 @@ from pathlib import Path
 from ..schema import Geometry, RopeScaling, WeightQuant
 from .errors import InputError
 from .inputs import read_text, show
-from .quant import check_packing, quant_from_config
+from .quant import quant_from_config
 
 #: model_type → (q/k/v bias, per-head q/k norm). Anything else is refused.
 FAMILIES: dict[str, tuple[bool, bool]] = {
@@ -197,7 +197,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         sliding_window=window,
     )
     # an unserved quantization is refused here, whoever reads the config
-    check_packing(quant_from_config(cfg, source), geometry, source)
+    quant_from_config(cfg, source)
     return geometry
 
 

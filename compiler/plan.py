@@ -191,7 +191,7 @@ class Planner:
     def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
-        hold whole tiles); the table must not ask for it where it cannot be."""
+        hold whole tiles, k and v whole tiles); the table must not ask for it where it cannot be."""
         if not entry.streaming:
             return False
         d = self.recipe.deployment
@@ -206,8 +206,11 @@ class Planner:
                                                                   "ring takes the SM's shared memory): set 1 where "
                                                                   "streaming is 1")
         dtypes = d.dtypes
-        if d.quant is not None and d.quant.block_rows % executor.stream_rows(entry.num_warps):
+        rows = executor.stream_rows(entry.num_warps)
+        if d.quant is not None and d.quant.block_rows % rows:
             return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
+        if self.recipe.geometry.kv_heads * self.recipe.geometry.head_dim % rows:
+            return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
         return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
                 and dtypes.projection in executor.PROJECTIONS)
 

@@ -10,7 +10,7 @@ would bind e4m3 or int4 bytes as something they are not). A recipe may restate t
 
 from __future__ import annotations
 
-from ..schema import Geometry, WeightQuant
+from ..schema import WeightQuant
 from .errors import InputError
 from .inputs import show
 
@@ -92,18 +92,3 @@ def restated_quant(doc: dict, recipe: str, config: str, quant: WeightQuant | Non
         if value != actual[key]:
             raise InputError(recipe, f"quantization.{key}", f"{show(value)} contradicts {config}'s "
                                                             f"quantization_config.{key}, {show(actual[key])}")
-
-
-def check_packing(quant: WeightQuant | None, g: Geometry, source: str) -> None:
-    """The programs read q/k/v as one packed weight and gate/up as another, and their scales as
-    the parts' scales stacked: each part must then start on a block row (HF's scales of a part
-    whose rows are not whole blocks end in a partial block, which stacking would misplace)."""
-    if quant is None:
-        return
-    parts = (("num_attention_heads", "q_proj", g.q_heads * g.head_dim), ("num_key_value_heads", "k_proj",
-             g.kv_heads * g.head_dim), ("intermediate_size", "gate_proj", g.intermediate))
-    for field, name, rows in parts:
-        if rows % quant.block_rows:
-            raise InputError(source, "quantization_config.weight_block_size",
-                             f"{name}'s {rows} rows ({field}) are not whole {quant.block_rows}-row scale blocks, "
-                             "which the packed q/k/v and gate/up weights need")

@@ -2,10 +2,9 @@
 its manifest alone (standard library: ``monobuild inspect`` reports it on a machine without
 torch). ``runtime/buffers.py`` allocates exactly these buffers; a test holds the two to each other.
 
-Per mode, each band's step buffers (``StepBuffers`` and the band's padded input copies), one RoPE
-table the bands share, and the weights that binding copies: q/k/v and gate/up, which the programs
-read as one tensor each, are concatenated (Qwen2's q/k/v biases and an FP8 checkpoint's block
-scales with them).
+Per mode, each band's step buffers (``StepBuffers`` and the band's padded input copies) and one
+RoPE table the bands share. The weights are not among them: the programs read the engine's own
+tensors where they are (``runtime/weights.py``).
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .manifest import Manifest
-from .schema import DTYPE_BYTES, Band, Region, Step
+from .schema import Band, Region, Step
 
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
 SAMPLING_BYTES = 4 + 4 + 4 + 8  # a sampling head's per-row settings: temperature, top-k, top-p, seed
@@ -78,15 +77,10 @@ class Footprint:
     mode: str
     bands: tuple[BandFootprint, ...]
     rope: int  # the RoPE table, shared by the bands
-    weight_copies: int  # what binding copies of the engine's weights (concatenated projections)
-
-    @property
-    def step_buffers(self) -> int:
-        return sum(b.total for b in self.bands) + self.rope
 
     @property
     def total(self) -> int:
-        return self.step_buffers + self.weight_copies
+        return sum(b.total for b in self.bands) + self.rope
 
 
 def _numel(shape) -> int:
@@ -111,25 +105,8 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0))
 
 
-def weight_copies(manifest: Manifest) -> int:
-    """Bytes of the weights binding concatenates: per layer q/k/v and gate/up (and their biases or
-    block scales)."""
-    g, d = manifest.geometry, manifest.deployment
-    projection = DTYPE_BYTES[d.dtypes.projection]
-    rows = g.qkv_rows + 2 * g.intermediate  # the two concatenated projections' rows
-    per_layer = rows * g.hidden * projection
-    if g.qkv_bias:  # Qwen2's q/k/v biases, concatenated like their weights
-        per_layer += g.qkv_rows * DTYPE_BYTES[d.dtypes.weights]
-    if d.quant is not None:
-        q = d.quant
-        per_layer += sum(q.scale_shape(r, g.hidden)[0] for r in (g.q_heads * g.head_dim, g.kv_heads * g.head_dim,
-                                                                g.kv_heads * g.head_dim, g.intermediate,
-                                                                g.intermediate)) * q.scale_shape(1, g.hidden)[1] * 4
-    return g.layers * per_layer
-
-
 def footprint(manifest: Manifest, mode: str) -> Footprint:
     """What binding the package in ``mode`` allocates on the device, beyond the engine's tensors."""
     steps = sorted((s for s in manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
     rope = manifest.deployment.max_context * manifest.geometry.head_dim * 4  # [cos | sin] of head_dim / 2 each
-    return Footprint(mode, tuple(band_footprint(manifest, s) for s in steps), rope, weight_copies(manifest))
+    return Footprint(mode, tuple(band_footprint(manifest, s) for s in steps), rope)

@@ -1,9 +1,11 @@
-"""The packed weights the programs read, built from a Hugging Face-named state_dict.
+"""The weights the programs read, bound in place from a Hugging Face- or vLLM-named state_dict.
 
-q/k/v projections are packed into one ``w_qkv`` [(q + 2·kv heads)·head_dim, hidden] and gate/up
-into one ``w_gate_up`` [2·intermediate, hidden] (vLLM's layout); every other tensor is used in
-place. An FP8 checkpoint's projections are E4M3 ``weight`` tensors with fp32 ``weight_scale_inv``
-block scales beside them (``WeightQuant``); their scales are packed the same way. A missing or
+The programs read each projection where the engine holds it: HF's separate q/k/v and gate/up
+tensors, or vLLM's fused ``qkv_proj`` / ``gate_up_proj`` (bound as row views of the fused
+tensor), so binding copies nothing and an engine does not hold its weights twice. A tensor is
+copied only where it must be: moved to the package's device, or made contiguous and 16-byte
+aligned (``ALIGNMENT``). An FP8 checkpoint's projections are E4M3 ``weight`` tensors with fp32
+``weight_scale_inv`` block scales beside them (``WeightQuant``), bound the same way. A missing or
 mis-shaped tensor is an error naming it with the expected shape and dtype.
 """
 
@@ -21,29 +23,49 @@ class WeightError(Exception):
     """A tensor of the state_dict is missing or has the wrong shape or dtype."""
 
 
+#: The programs' stacked projections and the tensors each is held as, in stacking order.
+PROJECTIONS = {"qkv": ("w_q", "w_k", "w_v"), "o": ("w_o",), "gate_up": ("w_gate", "w_up"), "down": ("w_down",)}
+
+
 @dataclass(frozen=True)
 class LayerWeights:
     attn_norm: torch.Tensor
-    w_qkv: torch.Tensor
-    b_qkv: torch.Tensor | None
+    w_q: torch.Tensor
+    w_k: torch.Tensor
+    w_v: torch.Tensor
+    b_q: torch.Tensor | None
+    b_k: torch.Tensor | None
+    b_v: torch.Tensor | None
     q_norm: torch.Tensor | None
     k_norm: torch.Tensor | None
     w_o: torch.Tensor
     mlp_norm: torch.Tensor
-    w_gate_up: torch.Tensor
+    w_gate: torch.Tensor
+    w_up: torch.Tensor
     w_down: torch.Tensor
-    # an FP8 checkpoint's block scales of each projection (None: the projections are unquantized)
-    w_qkv_scale: torch.Tensor | None = None
+    # an FP8 checkpoint's block scales of each projection tensor (None: the projections are unquantized)
+    w_q_scale: torch.Tensor | None = None
+    w_k_scale: torch.Tensor | None = None
+    w_v_scale: torch.Tensor | None = None
     w_o_scale: torch.Tensor | None = None
-    w_gate_up_scale: torch.Tensor | None = None
+    w_gate_scale: torch.Tensor | None = None
+    w_up_scale: torch.Tensor | None = None
     w_down_scale: torch.Tensor | None = None
     quant: WeightQuant | None = None  # their blocks
 
     def projection(self, name: str, dtype: torch.dtype) -> torch.Tensor:
-        """Projection ``name`` (w_qkv, w_o, w_gate_up, w_down) in ``dtype``, dequantized blockwise
-        if it is FP8: what the programs multiply by."""
-        w, scale = getattr(self, name), getattr(self, name + "_scale")
-        return w.to(dtype) if scale is None else dequantize_blocks(w, scale, self.quant, dtype)
+        """Projection ``name`` (qkv, o, gate_up, down) stacked as the programs see it, in
+        ``dtype`` and dequantized blockwise if it is FP8: what they multiply by. A new tensor
+        (a copy), for references and baselines."""
+        parts = []
+        for t in PROJECTIONS[name]:
+            w, scale = getattr(self, t), getattr(self, t + "_scale")
+            parts.append(w.to(dtype) if scale is None else dequantize_blocks(w, scale, self.quant, dtype))
+        return torch.cat(parts)
+
+    def bias(self) -> torch.Tensor | None:
+        """The q/k/v bias stacked as qkv's rows (a copy), None without one."""
+        return None if self.b_q is None else torch.cat([self.b_q, self.b_k, self.b_v])
 
 
 @dataclass(frozen=True)
@@ -57,11 +79,9 @@ class PackedWeights:
 ALIGNMENT = 16  # the programs are compiled assuming 16-byte aligned pointers (16-byte vector loads)
 
 
-def _take(sd: Mapping, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
-    """The tensor ``name``, checked, on ``device``, contiguous and aligned (copied only if it is not)."""
-    if name not in sd:
-        raise WeightError(f"{name}: missing (expected {list(shape)} {dtype})")
-    t = sd[name]
+def _checked(name: str, t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """``t`` checked against ``shape`` and ``dtype``, on ``device``, contiguous and aligned
+    (copied only if it is not)."""
     if tuple(t.shape) != shape or t.dtype != dtype:
         raise WeightError(f"{name}: expected {list(shape)} {dtype}, got {list(t.shape)} {t.dtype}")
     if device is not None:
@@ -71,29 +91,54 @@ def _take(sd: Mapping, name: str, shape: tuple[int, ...], dtype: torch.dtype, de
     return t
 
 
-def _projection(sd: Mapping, prefix: str, names: tuple[str, ...], rows: tuple[int, ...], cols: int,
-                dtype: torch.dtype, device, quant: WeightQuant | None) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """The projections ``names`` (HF's, less ``.weight``) stacked as the programs read them (one
-    tensor in place, several concatenated), and, for an FP8 checkpoint, their block scales stacked
-    the same way."""
-    def stack(tensors: list[torch.Tensor]) -> torch.Tensor:
-        return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
+def _take(sd: Mapping, name: str, shape: tuple[int, ...], dtype: torch.dtype, device) -> torch.Tensor:
+    """The tensor ``name``, checked (``_checked``)."""
+    if name not in sd:
+        raise WeightError(f"{name}: missing (expected {list(shape)} {dtype})")
+    return _checked(name, sd[name], shape, dtype, device)
 
+
+def _views(sd: Mapping, fused: str, rows: tuple[int, ...], cols: int | None, dtype: torch.dtype, device,
+           blocks: int = 1) -> list[torch.Tensor]:
+    """A fused tensor (vLLM's ``qkv_proj``, ``gate_up_proj``; ``cols`` None for a bias), checked,
+    as row views of its parts (``rows``, in rows of ``blocks``: a scale tensor's parts are whole
+    blocks)."""
+    if any(r % blocks for r in rows):
+        raise WeightError(f"{fused}: its parts' rows {list(rows)} are not whole {blocks}-row scale blocks, so its "
+                          "scales cannot be split between them")
+    shape = (sum(rows) // blocks,) + (() if cols is None else (cols,))
+    views = _take(sd, fused, shape, dtype, device).split([r // blocks for r in rows])
+    return [v if v.data_ptr() % ALIGNMENT == 0 else v.clone() for v in views]  # a part off 16 bytes: copied
+
+
+def _projection(sd: Mapping, prefix: str, names: tuple[str, ...], fused: str | None, rows: tuple[int, ...],
+                cols: int, dtype: torch.dtype, device,
+                quant: WeightQuant | None) -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """The tensors of one projection (HF's ``names``, less ``.weight``, or, where the state_dict
+    has it, the ``fused`` tensor's row views) and, for an FP8 checkpoint, their block scales."""
+    values_dtype = dtype if quant is None else torch.float8_e4m3fn
+    if fused is not None and prefix + fused + ".weight" in sd:
+        values = _views(sd, prefix + fused + ".weight", rows, cols, values_dtype, device)
+        if quant is None:
+            return values, [None] * len(rows)
+        scale_cols = quant.scale_shape(1, cols)[1]
+        return values, _views(sd, prefix + fused + ".weight_scale_inv", rows, scale_cols, torch.float32, device,
+                              quant.block_rows)
+    values = [_take(sd, prefix + n + ".weight", (r, cols), values_dtype, device) for n, r in zip(names, rows)]
     if quant is None:
-        return stack([_take(sd, prefix + n + ".weight", (r, cols), dtype, device) for n, r in zip(names, rows)]), None
-    values = [_take(sd, prefix + n + ".weight", (r, cols), torch.float8_e4m3fn, device) for n, r in zip(names, rows)]
-    scales = [_take(sd, prefix + n + ".weight_scale_inv", quant.scale_shape(r, cols), torch.float32, device)
-              for n, r in zip(names, rows)]
-    return stack(values), stack(scales)
+        return values, [None] * len(rows)
+    return values, [_take(sd, prefix + n + ".weight_scale_inv", quant.scale_shape(r, cols), torch.float32, device)
+                    for n, r in zip(names, rows)]
 
 
 def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, device=None,
                        quant: WeightQuant | None = None) -> PackedWeights:
-    """Pack an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…) for the programs.
+    """Bind an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…), or one with
+    vLLM's fused ``self_attn.qkv_proj`` and ``mlp.gate_up_proj``, for the programs.
 
     Tensors already on ``device`` (default: where they are), contiguous and aligned are used in
-    place; q/k/v and gate/up are concatenated once, on ``device``. With ``quant`` the projections
-    are read as FP8 E4M3 with their ``weight_scale_inv`` block scales.
+    place, the fused ones as views; nothing is concatenated. With ``quant`` the projections are
+    read as FP8 E4M3 with their ``weight_scale_inv`` block scales.
     """
     g = geometry
     h, d, inter = g.hidden, g.head_dim, g.intermediate
@@ -102,27 +147,30 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
     for i in range(g.layers):
         p = f"model.layers.{i}."
         take = lambda n, s, p=p: _take(sd, p + n, s, dtype, device)  # noqa: E731
-
-        proj = lambda names, rows, cols, p=p: _projection(sd, p, names, rows, cols, dtype, device, quant)  # noqa: E731
-        w_qkv, s_qkv = proj(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), (nq, nkv, nkv), h)
-        w_o, s_o = proj(("self_attn.o_proj",), (h,), nq)
-        w_gate_up, s_gate_up = proj(("mlp.gate_proj", "mlp.up_proj"), (inter, inter), h)
-        w_down, s_down = proj(("mlp.down_proj",), (h,), inter)
-        bias = None
+        proj = lambda names, fused, rows, cols, p=p: _projection(sd, p, names, fused, rows, cols, dtype, device,  # noqa: E731
+                                                                 quant)
+        (w_q, w_k, w_v), (s_q, s_k, s_v) = proj(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
+                                                "self_attn.qkv_proj", (nq, nkv, nkv), h)
+        (w_o,), (s_o,) = proj(("self_attn.o_proj",), None, (h,), nq)
+        (w_gate, w_up), (s_gate, s_up) = proj(("mlp.gate_proj", "mlp.up_proj"), "mlp.gate_up_proj", (inter, inter), h)
+        (w_down,), (s_down,) = proj(("mlp.down_proj",), None, (h,), inter)
+        b_q = b_k = b_v = None
         if g.qkv_bias:
-            bias = torch.cat([take("self_attn.q_proj.bias", (nq,)), take("self_attn.k_proj.bias", (nkv,)),
-                              take("self_attn.v_proj.bias", (nkv,))])
+            fused = p + "self_attn.qkv_proj.bias"
+            if fused in sd:
+                b_q, b_k, b_v = _views(sd, fused, (nq, nkv, nkv), None, dtype, device)
+            else:
+                b_q, b_k, b_v = (take(f"self_attn.{n}_proj.bias", (r,)) for n, r in zip("qkv", (nq, nkv, nkv)))
         layers.append(LayerWeights(
             attn_norm=take("input_layernorm.weight", (h,)),
-            w_qkv=w_qkv,
-            b_qkv=bias,
+            w_q=w_q, w_k=w_k, w_v=w_v, b_q=b_q, b_k=b_k, b_v=b_v,
             q_norm=take("self_attn.q_norm.weight", (d,)) if g.qk_norm else None,
             k_norm=take("self_attn.k_norm.weight", (d,)) if g.qk_norm else None,
             w_o=w_o,
             mlp_norm=take("post_attention_layernorm.weight", (h,)),
-            w_gate_up=w_gate_up,
-            w_down=w_down,
-            w_qkv_scale=s_qkv, w_o_scale=s_o, w_gate_up_scale=s_gate_up, w_down_scale=s_down, quant=quant,
+            w_gate=w_gate, w_up=w_up, w_down=w_down,
+            w_q_scale=s_q, w_k_scale=s_k, w_v_scale=s_v, w_o_scale=s_o, w_gate_scale=s_gate, w_up_scale=s_up,
+            w_down_scale=s_down, quant=quant,
         ))
     embed = _take(sd, "model.embed_tokens.weight", (g.vocab, h), dtype, device)
     head = embed if g.tied_head else _take(sd, "lm_head.weight", (g.vocab, h), dtype, device)

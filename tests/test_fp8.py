@@ -90,7 +90,7 @@ def test_the_plan_reads_projections_in_fp8_with_their_scales(fp8_recipe, tiny_re
     plan, bf16 = plan_recipe(load_recipe(fp8_recipe())), plan_recipe(load_recipe(tiny_recipe()))
     layer = next(p for p in plan.programs if p.kind == "layer" and p.mode == "persistent")
     args = {a.name: a for a in layer.args}
-    for name in ("w_qkv", "w_o", "w_gate_up", "w_down"):
+    for name in ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down"):
         assert args[name].type == "*fp8e4nv" and args[name + "_scale"].type == "*fp32"
         assert args[name + "_scale"].role == "layer_weight"
     assert args["attn_norm"].type == "*bf16"
@@ -166,11 +166,31 @@ def test_an_fp8_checkpoint_binds_with_its_scales_and_dequantizes(tmp_path):
     save_file(sd, str(tmp_path / "model.safetensors"))
     packed = pack_hf_state_dict(SafetensorsCheckpoint(tmp_path / "model.safetensors"), g, torch.bfloat16, quant=quant)
     layer = packed.layers[1]
-    assert layer.w_qkv.dtype == torch.float8_e4m3fn and layer.w_qkv_scale.shape == (g.qkv_rows // 64, g.hidden // 128)
+    assert layer.w_k.dtype == torch.float8_e4m3fn
+    assert layer.w_k_scale.shape == (g.kv_heads * g.head_dim // 64, g.hidden // 128)
     p = "model.layers.1.self_attn."
     want = torch.cat([sd[p + n + "_proj.weight"].double() * sd[p + n + "_proj.weight_scale_inv"].double()
                      .repeat_interleave(64, 0).repeat_interleave(128, 1) for n in "qkv"])
-    assert torch.equal(layer.projection("w_qkv", torch.float64), want)
+    assert torch.equal(layer.projection("qkv", torch.float64), want)
+
+
+def test_an_fp8_checkpoint_with_fused_projections_binds_its_scales_as_views():
+    from tests.test_runtime import fuse_like_vllm
+
+    g, quant, sd = _tiny_fp8_state_dict()
+    fused = fuse_like_vllm(sd, g)
+    for i in range(g.layers):
+        p = f"model.layers.{i}."
+        fused[p + "self_attn.qkv_proj.weight_scale_inv"] = torch.cat(
+            [fused.pop(f"{p}self_attn.{n}_proj.weight_scale_inv") for n in "qkv"])
+        fused[p + "mlp.gate_up_proj.weight_scale_inv"] = torch.cat(
+            [fused.pop(f"{p}mlp.{n}_proj.weight_scale_inv") for n in ("gate", "up")])
+    hf, vllm = (pack_hf_state_dict(d, g, torch.bfloat16, quant=quant) for d in (sd, fused))
+    for i, (a, b) in enumerate(zip(hf.layers, vllm.layers)):
+        scales = fused[f"model.layers.{i}.mlp.gate_up_proj.weight_scale_inv"]
+        assert b.w_gate_scale.data_ptr() == scales.data_ptr() and b.w_up_scale.data_ptr() > scales.data_ptr()
+        for name in ("qkv", "gate_up"):
+            assert torch.equal(a.projection(name, torch.float64), b.projection(name, torch.float64)), (i, name)
 
 
 @pytest.mark.parametrize("change,message", [

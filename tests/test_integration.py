@@ -316,10 +316,9 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
     engine = {t.data_ptr() for t in sd.values()}
     tensors = [packed.embed, packed.final_norm, packed.w_head,
                *(t for layer in packed.layers for t in vars(layer).values() if isinstance(t, torch.Tensor))]
-    copied = {t.data_ptr(): t.numel() * t.element_size() for t in tensors if t.data_ptr() not in engine}
-    assert sum(copied.values()) == footprint(manifest, d.modes[0]).weight_copies > 0
+    assert all(t.data_ptr() in engine for t in tensors), "binding copied an engine tensor"
     shown = CliRunner().invoke(main, ["inspect", str(pkg)]).output
-    assert f"weight copies {footprint(manifest, 'persistent').weight_copies / 1e6:.2f} MB" in shown
+    assert f"persistent: {footprint(manifest, 'persistent').total / 1e6:.2f} MB of step buffers" in shown
 
 
 @pytest.mark.parametrize("target, units", [("gfx942", 304), ("gfx950", 256)])

@@ -117,15 +117,57 @@ def _state_dict(geometry, seed=0):
     return random_hf_state_dict(geometry, torch.bfloat16, torch.Generator().manual_seed(seed))
 
 
-def test_weights_are_used_in_place_where_the_layout_allows(geometry):
+HF_PROJECTIONS = {"w_q": "self_attn.q_proj", "w_k": "self_attn.k_proj", "w_v": "self_attn.v_proj",
+                  "w_o": "self_attn.o_proj", "w_gate": "mlp.gate_proj", "w_up": "mlp.up_proj", "w_down": "mlp.down_proj"}
+
+
+def test_every_weight_is_bound_in_place(geometry):
     sd = _state_dict(geometry)
     packed = pack_hf_state_dict(sd, geometry, torch.bfloat16)
-    layer = packed.layers[1]
-    assert layer.w_o.data_ptr() == sd["model.layers.1.self_attn.o_proj.weight"].data_ptr()
-    assert layer.w_down.data_ptr() == sd["model.layers.1.mlp.down_proj.weight"].data_ptr()
+    for i, layer in enumerate(packed.layers):
+        for field, name in HF_PROJECTIONS.items():
+            assert getattr(layer, field).data_ptr() == sd[f"model.layers.{i}.{name}.weight"].data_ptr(), (i, field)
+        assert layer.attn_norm.data_ptr() == sd[f"model.layers.{i}.input_layernorm.weight"].data_ptr()
     assert packed.w_head.data_ptr() == sd["model.embed_tokens.weight"].data_ptr()  # tied
-    q, k, v = (sd[f"model.layers.1.self_attn.{n}_proj.weight"] for n in "qkv")
-    assert torch.equal(layer.w_qkv, torch.cat([q, k, v]))
+
+
+def fuse_like_vllm(sd: dict, geometry) -> dict:
+    """``sd`` with each layer's q/k/v and gate/up (weights, biases) fused as vLLM holds them."""
+    fused = dict(sd)
+    for i in range(geometry.layers):
+        p = f"model.layers.{i}."
+        for suffix in ("weight", "bias"):
+            parts = [fused.pop(f"{p}self_attn.{n}_proj.{suffix}", None) for n in "qkv"]
+            if parts[0] is not None:
+                fused[f"{p}self_attn.qkv_proj.{suffix}"] = torch.cat(parts)
+        fused[f"{p}mlp.gate_up_proj.weight"] = torch.cat([fused.pop(f"{p}mlp.gate_proj.weight"),
+                                                          fused.pop(f"{p}mlp.up_proj.weight")])
+    return fused
+
+
+def test_vllm_fused_projections_are_bound_as_views_of_their_tensors(geometry):
+    sd = _state_dict(geometry)
+    fused = fuse_like_vllm(sd, geometry)
+    hf, vllm = pack_hf_state_dict(sd, geometry, torch.bfloat16), pack_hf_state_dict(fused, geometry, torch.bfloat16)
+    nq, nkv = geometry.q_heads * geometry.head_dim, geometry.kv_heads * geometry.head_dim
+    row = geometry.hidden * 2  # bytes of a bf16 weight row
+    for i, (a, b) in enumerate(zip(hf.layers, vllm.layers)):
+        qkv = fused[f"model.layers.{i}.self_attn.qkv_proj.weight"]
+        gate_up = fused[f"model.layers.{i}.mlp.gate_up_proj.weight"]
+        assert [b.w_q.data_ptr(), b.w_k.data_ptr(), b.w_v.data_ptr()] == \
+            [qkv.data_ptr(), qkv.data_ptr() + nq * row, qkv.data_ptr() + (nq + nkv) * row]
+        assert [b.w_gate.data_ptr(), b.w_up.data_ptr()] == \
+            [gate_up.data_ptr(), gate_up.data_ptr() + geometry.intermediate * row]
+        for name in ("qkv", "o", "gate_up", "down"):
+            assert torch.equal(a.projection(name, torch.float32), b.projection(name, torch.float32)), (i, name)
+
+
+def test_a_misshaped_fused_projection_is_named(geometry):
+    fused = fuse_like_vllm(_state_dict(geometry), geometry)
+    name = "model.layers.0.mlp.gate_up_proj.weight"
+    fused[name] = fused[name][1:]
+    with pytest.raises(WeightError, match=rf"{name}: expected \[{2 * geometry.intermediate}, {geometry.hidden}\]"):
+        pack_hf_state_dict(fused, geometry, torch.bfloat16)
 
 
 def test_misaligned_or_strided_weights_are_copied_once(geometry):
@@ -170,7 +212,7 @@ def test_a_safetensors_checkpoint_binds_like_its_state_dict(tmp_path, tiny_packa
     pkg = Package(tiny_package[1], read_manifest(tiny_package[1]), torch.device("cpu"), {})
     from_file, direct = pkg.bind_weights(ckpt), pack_hf_state_dict(sd, geometry, torch.bfloat16)
     for a, b in zip(from_file.layers, direct.layers):
-        assert torch.equal(a.w_qkv, b.w_qkv) and torch.equal(a.w_gate_up, b.w_gate_up) and torch.equal(a.w_o, b.w_o)
+        assert all(torch.equal(getattr(a, f), getattr(b, f)) for f in HF_PROJECTIONS)
     assert torch.equal(from_file.embed, direct.embed)
 
 

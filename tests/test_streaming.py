@@ -29,6 +29,8 @@ from monobuild.runtime.tma import Descriptor
 from .conftest import rebuild_code
 
 LAYER = "layer.r1t1.persistent"
+#: the projection tensors a layer streams, each through a descriptor of its own (the engine's, read in place)
+WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down")
 STREAMING = {"streaming": 1, "block_k": 128, "max_split_qkv": 8, "weight_stages": 2, "ctas_per_sm": 1}
 
 
@@ -48,7 +50,7 @@ def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_reci
     assert layer.executor == "gluon" and layer.ring.slots > 2 and layer.ring.rows == 64 and layer.ring.cols == 128
     assert [s.name for s in layer.stages][:2] == ["norm_qkv", "qkv"]  # its RMSNorms are ops of their own
     descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
-    weights = {w: ("bf16", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+    weights = {w: ("bf16", (64, 128)) for w in WEIGHTS}
     # the caches in pages of one KV head ([block_size, head_dim]); a tile is as many pages as a unit holds
     assert descs == {**weights, "k_tiles": ("bf16", (16, 32)), "v_tiles": ("bf16", (16, 32))}
     attn = next(op for op in layer.ops if op.name == "attn")
@@ -123,9 +125,8 @@ def test_fp8_weights_stream_as_e4m3_units_of_whole_scale_blocks(tmp_path):
     layer = plan.program(LAYER)
     assert layer.executor == "gluon" and (layer.ring.weight, layer.ring.cols) == ("fp8e4nv", 128)
     descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
-    assert {w: descs[w] for w in ("w_qkv", "w_o", "w_gate_up", "w_down")} == \
-        {w: ("fp8e4nv", (64, 128)) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
-    assert {a.name for a in layer.args} >= {"w_qkv_scale", "w_o_scale", "w_gate_up_scale", "w_down_scale"}
+    assert {w: descs[w] for w in WEIGHTS} == {w: ("fp8e4nv", (64, 128)) for w in WEIGHTS}
+    assert {a.name for a in layer.args} >= {w + "_scale" for w in WEIGHTS}
     for op in (op for op in layer.ops if op.body == "gemv_op"):
         assert op.binding("BK") == 128 and op.binding("QUANT") and op.binding("K") // op.binding("SPLIT") % 128 == 0
     staged = [op for p in plan.programs if p.kind == "layer" and p.mode == "staged" for op in p.ops]
@@ -182,12 +183,12 @@ def test_the_package_names_its_executor_and_descriptors(package):
     layer = manifest.program(LAYER)
     assert layer.executor == "gluon" and layer.block == 256  # 4 compute warps and the loader's warpgroup
     maps = {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps}
-    assert maps == {**{w: ((64, 64), 3, 2) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")},
+    assert maps == {**{w: ((64, 64), 3, 2) for w in WEIGHTS},
                     "k_tiles": ((16, 32), 2, 2), "v_tiles": ((16, 32), 2, 2)}
     index = param_index(layer)  # a descriptor is five kernel parameters: itself, its shape, its strides
     names = [a.name for a in layer.args]
-    desc = names.index("w_qkv")
-    assert index[names[desc + 1]] == index["w_qkv"] + 5
+    desc = names.index("w_q")
+    assert index[names[desc + 1]] == index["w_q"] + 5
     assert {p.executor for p in manifest.programs if p.mode == "staged" or p.kind != "layer"} == {"triton"}
 
 
@@ -216,7 +217,7 @@ def test_a_streaming_fp8_package_keeps_every_contract(tmp_path):
     layer = read_manifest(package).program(LAYER)
     assert layer.executor == "gluon"
     assert {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps if t.arg.startswith("w_")} == \
-        {w: ((64, 128), 3, 1) for w in ("w_qkv", "w_o", "w_gate_up", "w_down")}
+        {w: ((64, 128), 3, 1) for w in WEIGHTS}
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 

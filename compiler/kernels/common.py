@@ -29,10 +29,38 @@ def load_parts(ptrs, mask, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr):
 
 
 @triton.jit
-def load_w_chunk(w_ptr, rows, row_mask, k0, K: tl.constexpr, BK: tl.constexpr):
-    """One [len(rows), BK] chunk of a row-major [N, K] weight, starting at column k0."""
+def segment_rows(rows, SEGMENTS: tl.constexpr, SEG1: tl.constexpr, SEG2: tl.constexpr):
+    """Each row of a weight held as SEGMENTS tensors stacked by rows (q, k, v; gate, up), the
+    second starting at row SEG1 and the third at SEG2: its row within its own tensor."""
+    if SEGMENTS == 1:
+        return rows
+    elif SEGMENTS == 2:
+        return tl.where(rows < SEG1, rows, rows - SEG1)
+    else:
+        return tl.where(rows < SEG1, rows, tl.where(rows < SEG2, rows - SEG1, rows - SEG2))
+
+
+@triton.jit
+def segment_ptrs(p1, p2, p3, rows, offsets, SEGMENTS: tl.constexpr, SEG1: tl.constexpr, SEG2: tl.constexpr):
+    """``offsets`` into each row's own tensor (``p1``, ``p2`` or ``p3``, as ``segment_rows``):
+    the engine's tensors are read where they are, never stacked into a copy."""
+    if SEGMENTS == 1:
+        return p1 + offsets
+    elif SEGMENTS == 2:
+        return tl.where(rows < SEG1, p1 + offsets, p2 + offsets)
+    else:
+        return tl.where(rows < SEG1, p1 + offsets, tl.where(rows < SEG2, p2 + offsets, p3 + offsets))
+
+
+@triton.jit
+def load_w_chunk(w_ptr, w2_ptr, w3_ptr, rows, row_mask, k0, K: tl.constexpr, BK: tl.constexpr,
+                 SEGMENTS: tl.constexpr, SEG1: tl.constexpr, SEG2: tl.constexpr):
+    """One [len(rows), BK] chunk of a row-major weight of K columns, starting at column k0; the
+    weight's rows are those of up to three tensors (``segment_ptrs``)."""
     k = k0 + tl.arange(0, BK)
-    return tl.load(w_ptr + rows[:, None] * K + k[None, :], mask=row_mask[:, None] & (k[None, :] < K), other=0.0)
+    local = segment_rows(rows, SEGMENTS, SEG1, SEG2)
+    ptrs = segment_ptrs(w_ptr, w2_ptr, w3_ptr, rows[:, None], local[:, None] * K + k[None, :], SEGMENTS, SEG1, SEG2)
+    return tl.load(ptrs, mask=row_mask[:, None] & (k[None, :] < K), other=0.0)
 
 
 @triton.jit
@@ -55,19 +83,22 @@ def mm(a, b_t, DOT_IEEE: tl.constexpr):
 
 
 @triton.jit
-def chunk_product(x, w, scale_ptr, rows, row_mask, k0, K: tl.constexpr, QUANT: tl.constexpr, QBN: tl.constexpr,
-                  QBK: tl.constexpr, DOT_IEEE: tl.constexpr):
+def chunk_product(x, w, scale_ptr, scale2_ptr, scale3_ptr, rows, row_mask, k0, K: tl.constexpr, QUANT: tl.constexpr,
+                  QBN: tl.constexpr, QBK: tl.constexpr, SEGMENTS: tl.constexpr, SEG1: tl.constexpr,
+                  SEG2: tl.constexpr, DOT_IEEE: tl.constexpr):
     """x @ wᵀ for one weight chunk of rows ``rows`` from column k0, in fp32.
 
     A block-scaled FP8 chunk (QUANT; the chunk lies inside one QBK-column block, the planner's
     BK ≤ QBK) is widened to bf16, which holds every E4M3 value exactly, and the product of each
-    row is scaled by that row's block scale (``scale_ptr``: [⌈N/QBN⌉, ⌈K/QBK⌉] fp32), so the
-    dequantization costs one multiply per output, not per weight. Otherwise x is cast to the
-    weight dtype, as the product takes it.
+    row is scaled by that row's block scale (each tensor's ``weight_scale_inv``, [⌈rows/QBN⌉,
+    ⌈K/QBK⌉] fp32, beside it as ``segment_ptrs`` says), so the dequantization costs one multiply
+    per output, not per weight. Otherwise x is cast to the weight dtype, as the product takes it.
     """
     if QUANT:
         SCALE_COLS: tl.constexpr = (K + QBK - 1) // QBK
-        s = tl.load(scale_ptr + (rows // QBN) * SCALE_COLS + k0 // QBK, mask=row_mask, other=0.0)
+        at = (segment_rows(rows, SEGMENTS, SEG1, SEG2) // QBN) * SCALE_COLS + k0 // QBK
+        s = tl.load(segment_ptrs(scale_ptr, scale2_ptr, scale3_ptr, rows, at, SEGMENTS, SEG1, SEG2), mask=row_mask,
+                    other=0.0)
         return mm(x.to(tl.bfloat16), w.to(tl.bfloat16), DOT_IEEE) * s[None, :]
     else:
         return mm(x.to(w.dtype), w, DOT_IEEE)
@@ -118,9 +149,10 @@ def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M: tl.constexp
 
 
 @triton.jit
-def gemv(x_ptr, w_ptr, w_scale_ptr, rows, row_mask, w_first, k_lo, M: tl.constexpr, K: tl.constexpr,
-         KS: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr, QUANT: tl.constexpr, QBN: tl.constexpr,
-         QBK: tl.constexpr, DOT_IEEE: tl.constexpr):
+def gemv(x_ptr, w_ptr, w2_ptr, w3_ptr, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, rows, row_mask, w_first, k_lo,
+         M: tl.constexpr, K: tl.constexpr, KS: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
+         QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, SEGMENTS: tl.constexpr, SEG1: tl.constexpr,
+         SEG2: tl.constexpr, DOT_IEEE: tl.constexpr):
     """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32, one weight
     chunk in flight in registers.
 
@@ -133,9 +165,10 @@ def gemv(x_ptr, w_ptr, w_scale_ptr, rows, row_mask, w_first, k_lo, M: tl.constex
     acc = tl.zeros([ROWS_P, rows.shape[0]], tl.float32)
     w = w_first
     for k0 in range(k_lo, k_lo + KS, BK):
-        w_next = load_w_chunk(w_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK)
-        acc += chunk_product(x_chunk(x_ptr, r, k0, M, K, BK), w, w_scale_ptr, rows, row_mask, k0, K, QUANT, QBN, QBK,
-                             DOT_IEEE)
+        w_next = load_w_chunk(w_ptr, w2_ptr, w3_ptr, rows, row_mask & (k0 + BK < k_lo + KS), k0 + BK, K, BK, SEGMENTS,
+                              SEG1, SEG2)
+        acc += chunk_product(x_chunk(x_ptr, r, k0, M, K, BK), w, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, rows,
+                             row_mask, k0, K, QUANT, QBN, QBK, SEGMENTS, SEG1, SEG2, DOT_IEEE)
         w = w_next
     return acc
 

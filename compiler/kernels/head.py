@@ -39,9 +39,10 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
               GREEDY: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr):
     """fp32 logits of the CTA's vocabulary tiles; for a greedy head also each tile's max and
     first argmax per row, read back from this CTA's own logits stores."""
-    gemv_op(pid, pre, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, w_ptr, None, False, 1, 1, logits, None, None, 1, N=V, K=K,
-            K_P=K_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS, NORM=NORM, HAS_BIAS=False, HAS_RESIDUAL=False,
-            GATED=False, INTER=0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES, NORM_ROWS=NORM_ROWS)
+    gemv_op(pid, pre, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, w_ptr, None, None, None, None, None, False, 1, 1, logits,
+            None, None, None, None, 1, N=V, K=K, K_P=K_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
+            NORM=NORM, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES,
+            NORM_ROWS=NORM_ROWS, SEGMENTS=1, SEG1=V, SEG2=V)
     if GREEDY:
         TILES: tl.constexpr = (V + BN - 1) // BN
         tl.debug_barrier()  # this CTA's logits stores, before its threads read them back

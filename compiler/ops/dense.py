@@ -76,31 +76,58 @@ def _tiles(n: int, bn: int, split: int) -> tuple[int, str]:
     return -(-n // bn) * split, f"(tiles of {bn}" + (f") × {split} K splits" if split > 1 else ")")
 
 
-def projection(s: LayerShape, name: str, rows: int, cols: int, tile_rows: int = 1,
-               k_split: int = 1) -> tuple[Arg, Arg | None, tuple[WeightStream, ...]]:
-    """A projection weight's argument, its block scales' (quantized checkpoints; else None) and
-    the bytes both stream."""
+@dataclass(frozen=True)
+class Projection:
+    """A GEMV's weight as the engine holds it: one tensor, or several stacked by rows (q, k, v;
+    gate, up) that the programs read where they are (``kernels/common.segment_ptrs``), with their
+    block scales for a quantized checkpoint."""
+
+    tensors: tuple[Arg, ...]
+    scales: tuple[Arg, ...]  # one per tensor (a quantized checkpoint's ``weight_scale_inv``), else empty
+    starts: tuple[int, ...]  # the first stacked row of each tensor after the first
+    streams: tuple[WeightStream, ...]
+
+
+def stacked_slots(names: tuple[str, str, str], args: tuple[Arg, ...]) -> tuple[tuple[str, Arg | None], ...]:
+    """The device functions' three pointer parameters of a stacked weight (``names``) bound to its
+    tensors ``args``, those it does not have to None."""
+    return tuple((n, args[i] if i < len(args) else None) for i, n in enumerate(names))
+
+
+def projection(s: LayerShape, names: tuple[str, ...], rows: tuple[int, ...], cols: int, tile_rows: int = 1,
+               k_split: int = 1) -> Projection:
+    """The projection held as the tensors ``names`` (``rows`` rows each), their block scales
+    (quantized checkpoints) and the bytes they stream."""
     dtype = s.dtypes.projection
-    w = WeightStream(name, rows, cols, DTYPE_BYTES[dtype], tile_rows, k_split)
+    tensors = tuple(tensor(n, dtype, "layer_weight") for n in names)
+    streams = tuple(WeightStream(n, r, cols, DTYPE_BYTES[dtype], tile_rows, k_split) for n, r in zip(names, rows))
+    starts = tuple(sum(rows[:i]) for i in range(1, len(rows)))
     if s.quant is None:
-        return tensor(name, dtype, "layer_weight"), None, (w,)
-    srows, scols = s.quant.scale_shape(rows, cols)
-    return (tensor(name, dtype, "layer_weight"), tensor(name + "_scale", s.dtypes.scales, "layer_weight"),
-            (w, WeightStream(name + "_scale", srows, scols, DTYPE_BYTES[s.dtypes.scales])))
+        return Projection(tensors, (), starts, streams)
+    scales = tuple(tensor(n + "_scale", s.dtypes.scales, "layer_weight") for n in names)
+    scale_streams = tuple(WeightStream(n + "_scale", *s.quant.scale_shape(r, cols), DTYPE_BYTES[s.dtypes.scales])
+                          for n, r in zip(names, rows))
+    return Projection(tensors, scales, starts, streams + scale_streams)
 
 
-def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, staged: Arg | None, w: Arg, out: Arg,
-                  n: int, k: int, split: int, bias: Arg | None = None, residual: Arg | None = None,
-                  res_parts: int = 1, gated: bool = False, scale: Arg | None = None) -> tuple[tuple[str, object], ...]:
+def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, staged: Arg | None, w: Projection,
+                  out: Arg, n: int, k: int, split: int, bias: tuple[Arg, ...] = (), residual: Arg | None = None,
+                  res_parts: int = 1, gated: bool = False) -> tuple[tuple[str, object], ...]:
     p = dict(s.params)
     q = s.quant
-    return (("x_ptr", x), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", staged), ("w_ptr", w),
-            ("w_scale_ptr", scale), ("QUANT", scale is not None), ("QBN", q.block_rows if scale else 1),
-            ("QBK", q.block_cols if scale else 1), ("out_ptr", out), ("bias_ptr", bias), ("residual_ptr", residual),
-            ("RES_PARTS", res_parts), ("N", n),
-            ("K", k), ("K_P", p["H_P"]), ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
+    quant = bool(w.scales)
+    stacked = 2 * n if gated else n
+    seg1, seg2 = (w.starts + (stacked, stacked))[:2]
+    return (("x_ptr", x), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", staged),
+            *stacked_slots(("w_ptr", "w2_ptr", "w3_ptr"), w.tensors),
+            *stacked_slots(("w_scale_ptr", "w2_scale_ptr", "w3_scale_ptr"), w.scales),
+            ("SEGMENTS", len(w.tensors)), ("SEG1", seg1), ("SEG2", seg2), ("QUANT", quant),
+            ("QBN", q.block_rows if quant else 1), ("QBK", q.block_cols if quant else 1), ("out_ptr", out),
+            *stacked_slots(("bias_ptr", "b2_ptr", "b3_ptr"), bias), ("residual_ptr", residual),
+            ("RES_PARTS", res_parts), ("N", n), ("K", k), ("K_P", p["H_P"]), ("M", s.m), ("ROWS_P", p["ROWS_P"]),
+            ("BN", s.block_n), ("BK", p["BK"]),
             ("SPLIT", split), ("G", s.grid), ("EPS", p["EPS"]), ("NORM", norm is not None and staged is not None),
-            ("HAS_BIAS", bias is not None), ("HAS_RESIDUAL", residual is not None), ("GATED", gated),
+            ("HAS_BIAS", bool(bias)), ("HAS_RESIDUAL", residual is not None), ("GATED", gated),
             ("INTER", s.intermediate if gated else 0), ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]),
             ("NORM_ROWS", p["NORM_ROWS"]))
 
@@ -153,20 +180,21 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
     if ns:
         ops.append(norm_op(s, "norm_qkv", r["x_in"], s.down_split, attn_norm, r["x_hat_qkv"], "qkv", first=True))
 
-    # qkv: x̂ · W_qkvᵀ (+ bias) → qkv (raw, fp32; one partial per K split)
+    # qkv: x̂ · [W_q; W_k; W_v]ᵀ (+ bias) → qkv (raw, fp32; one partial per K split)
     tasks, tiles = _tiles(s.qkv_rows, s.block_n, s.qkv_split)
-    w_qkv, qkv_scale, qkv_streams = projection(s, "w_qkv", s.qkv_rows, h, s.block_n, s.qkv_split)
-    bias = wt("b_qkv") if s.qkv_bias else None
+    nq, nkv = s.q_heads * d, s.kv_heads * d
+    w_qkv = projection(s, ("w_q", "w_k", "w_v"), (nq, nkv, nkv), h, s.block_n, s.qkv_split)
+    bias = (wt("b_q"), wt("b_k"), wt("b_v")) if s.qkv_bias else ()
     x_qkv = "x_hat_qkv" if ns else "x_in"
     ops.append(Op(
-        "qkv", "gemv_op", "gemv_prefetch", tasks, ("x̂ · W_qkv rows " if ns else "RMSNorm(x_in) · W_qkv rows ") + tiles,
+        "qkv", "gemv_op", "gemv_prefetch", tasks, ("x̂" if ns else "RMSNorm(x_in)") + " · W_q|W_k|W_v rows " + tiles,
         gemv_bindings(s, x=arg[x_qkv], x_parts=1 if ns else s.down_split, norm=attn_norm,
                       staged=None if ns else arg["x_hat_qkv"], w=w_qkv, out=arg["qkv"], n=s.qkv_rows, k=h,
-                      split=s.qkv_split, bias=bias, scale=qkv_scale),
+                      split=s.qkv_split, bias=bias),
         writes=(r["qkv"],) + (() if ns else (r["x_hat_qkv"],)), reads=(x_qkv,) + (() if ns else ("x_hat_qkv",)),
         needs=(Need(x_qkv, "the task's K-slice of every row" if ns else "whole rows (each CTA norms them)"),),
-        weights=qkv_streams
-        + ((WeightStream("b_qkv", 1, s.qkv_rows, wb),) if bias else ())
+        weights=w_qkv.streams
+        + tuple(WeightStream(b.name, 1, rows, wb) for b, rows in zip(bias, (nq, nkv, nkv)))
         + (() if ns else (WeightStream("attn_norm", 1, h, wb),)),
         io_bytes=m * h * 4, after_previous_launch=not ns))
 
@@ -200,39 +228,39 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
         needs=(Need("part_acc", "the head's splits"), Need("part_ml", "the head's splits"))))
 
     tasks, tiles = _tiles(h, s.block_n, s.o_split)
-    w_o, o_scale, o_streams = projection(s, "w_o", h, s.q_heads * d, s.block_n, s.o_split)
+    w_o = projection(s, ("w_o",), (h,), s.q_heads * d, s.block_n, s.o_split)
     ops.append(Op(
         "o", "gemv_op", "gemv_prefetch", tasks, "attn_out · W_o rows + x_in " + tiles,
         gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=w_o, out=arg["x1"], n=h,
-                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split, scale=o_scale),
+                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split),
         writes=(r["x1"],), reads=("attn_out", "x_in"),
         needs=(Need("attn_out", "the query heads in the task's K-slice"),),
-        weights=o_streams))
+        weights=w_o.streams))
 
     if ns:
         ops.append(norm_op(s, "norm_up", r["x1"], s.o_split, mlp_norm, r["x_hat_up"], "up"))
     tasks, tiles = _tiles(s.intermediate, s.block_n, 1)
-    w_gate_up, up_scale, up_streams = projection(s, "w_gate_up", 2 * s.intermediate, h, 2 * s.block_n)
+    w_gate_up = projection(s, ("w_gate", "w_up"), (s.intermediate, s.intermediate), h, s.block_n)
     x_up = "x_hat_up" if ns else "x1"
     ops.append(Op(
         "up", "gemv_op", "gemv_prefetch", tasks,
         ("x̂_up · " if ns else "RMSNorm(x1) · ") + "W_gate|W_up rows, silu(g)·u " + tiles,
         gemv_bindings(s, x=arg[x_up], x_parts=1 if ns else s.o_split, norm=mlp_norm,
                       staged=None if ns else arg["x_hat_up"], w=w_gate_up, out=arg["h"], n=s.intermediate, k=h,
-                      split=1, gated=True, scale=up_scale),
+                      split=1, gated=True),
         writes=(r["h"],) + (() if ns else (r["x_hat_up"],)), reads=(x_up,) + (() if ns else ("x_hat_up",)),
         needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
-        weights=up_streams
+        weights=w_gate_up.streams
         + (() if ns else (WeightStream("mlp_norm", 1, h, wb),))))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
-    w_down, down_scale, down_streams = projection(s, "w_down", h, s.intermediate, s.block_n, s.down_split)
+    w_down = projection(s, ("w_down",), (h,), s.intermediate, s.block_n, s.down_split)
     ops.append(Op(
         "down", "gemv_op", "gemv_prefetch", tasks, "h · W_down rows + x1 " + tiles,
         gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=w_down, out=arg["x_out"], n=h,
-                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split, scale=down_scale),
+                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split),
         writes=(r["x_out"],), reads=("h", "x1"),
         needs=(Need("h", "the h columns in the task's K-slice"), Need("x1", "the task's output columns")),
-        weights=down_streams,
+        weights=w_down.streams,
         io_bytes=m * h * 4, releases_next_launch=True))
     return tuple(ops)

@@ -86,6 +86,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
          ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
+         ("w2_ptr", None), ("w3_ptr", None), ("SEGMENTS", 1), ("SEG1", s.vocab), ("SEG2", s.vocab),
          ("logits", arg["logits"]), *greedy, ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
          ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),

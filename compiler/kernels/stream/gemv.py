@@ -9,8 +9,10 @@ The loader warp (``load_weights``) walks the CTA's tasks of every GEMV of the la
 order, and copies each K chunk of each tile — a *unit*, [BN, BK] of the weight — into the next
 slot of the ring by TMA, as soon as the compute warps have released the slot. Weights depend on
 no activation, so nothing but the ring's size holds the loader back: while the compute warps
-wait on a sync edge, the next op's weights are already landing. A GATED tile is two units, its
-BN gate rows and the matching BN up rows of ``w_gate_up`` ([2·INTER, K]).
+wait on a sync edge, the next op's weights are already landing. The weight is the engine's own
+tensors, each with its own descriptor: SEGMENTS of them stacked by rows (q, k and v, the second
+from row SEG1 and the third from SEG2), a tile inside one of them (the planner's BN divides
+each), or, for a GATED tile, two units: its BN rows of ``w_gate`` and the same rows of ``w_up``.
 
 The compute warps (``stream_gemv``) walk the same units in the same order: unit i sits in slot
 i mod SLOTS, its copy complete when ``ready[slot]`` reaches phase (i div SLOTS) mod 2, and the
@@ -55,21 +57,41 @@ def _load_unit(i, ring, ready, empty, w_ptr, row, col):
 
 
 @gluon.jit
-def load_weights(pid, i, ring, ready, empty, w_ptr, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
-                 BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, GATED: gl.constexpr, INTER: gl.constexpr):
+def _load_task(i, ring, ready, empty, w_ptr, row, k0, BK: gl.constexpr, CHUNKS: gl.constexpr):
+    """The units of one task of a weight held as one tensor: its rows [row, row + BN), K chunk by chunk."""
+    for c in range(CHUNKS):
+        i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)
+    return i
+
+
+@gluon.jit
+def load_weights(pid, i, ring, ready, empty, w_ptr, w2_ptr, w3_ptr, N: gl.constexpr, K: gl.constexpr,
+                 BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, GATED: gl.constexpr,
+                 SEGMENTS: gl.constexpr, SEG1: gl.constexpr, SEG2: gl.constexpr):
     """The loader's walk of one GEMV op: every unit of the CTA's tasks, in the order the compute
-    warps use them. ``w_ptr`` is the weight's TMA descriptor (a [BN, BK] block); ``i`` is the CTA's
-    place in its stream (units so far); returns the next."""
+    warps use them. ``w_ptr``, ``w2_ptr``, ``w3_ptr`` are the TMA descriptors ([BN, BK] blocks) of
+    the weight's tensors (module docstring); ``i`` is the CTA's place in its stream (units so
+    far); returns the next. Each branch arms and fills its own units, so every mbarrier is armed
+    for exactly the one copy that completes on it."""
     TILES: gl.constexpr = (N + BN - 1) // BN
     KS: gl.constexpr = K // SPLIT
     CHUNKS: gl.constexpr = (KS + BK - 1) // BK
     for task in range(pid, TILES * SPLIT, G):
         row = (task % TILES) * BN
         k0 = (task // TILES) * KS
-        for c in range(CHUNKS):
-            i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)
-            if GATED:
-                i = _load_unit(i, ring, ready, empty, w_ptr, INTER + row, k0 + c * BK)
+        if GATED:
+            for c in range(CHUNKS):
+                i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)
+                i = _load_unit(i, ring, ready, empty, w2_ptr, row, k0 + c * BK)
+        elif SEGMENTS == 1:
+            i = _load_task(i, ring, ready, empty, w_ptr, row, k0, BK, CHUNKS)
+        else:  # the tile lies inside one of the tensors
+            if row < SEG1:
+                i = _load_task(i, ring, ready, empty, w_ptr, row, k0, BK, CHUNKS)
+            elif row < SEG2:
+                i = _load_task(i, ring, ready, empty, w2_ptr, row - SEG1, k0, BK, CHUNKS)
+            else:
+                i = _load_task(i, ring, ready, empty, w3_ptr, row - SEG2, k0, BK, CHUNKS)
     return i
 
 
@@ -98,22 +120,37 @@ def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
     return i + 1, acc
 
 
+@gluon.jit
+def _segment(row, p1, p2, p3, SEGMENTS: gl.constexpr, SEG1: gl.constexpr, SEG2: gl.constexpr):
+    """Stacked row ``row`` of a tensor held as SEGMENTS parts (``p1`` …; the second from row
+    SEG1, the third from SEG2): (its part, its row there)."""
+    if SEGMENTS == 1:
+        return p1, row
+    elif SEGMENTS == 2:
+        return gl.where(row < SEG1, p1, p2), gl.where(row < SEG1, row, row - SEG1)
+    else:
+        return (gl.where(row < SEG1, p1, gl.where(row < SEG2, p2, p3)),
+                gl.where(row < SEG1, row, gl.where(row < SEG2, row - SEG1, row - SEG2)))
+
+
 X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 2⁻⁸ (module docstring)
 
 
 @gluon.jit
-def _unit_scales(it, total, pid, scale_ptr, K: gl.constexpr, KS: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                 CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr,
-                 row_offset: gl.constexpr, layout: gl.constexpr):
+def _unit_scales(it, total, pid, scale_ptr, scale2_ptr, scale3_ptr, K: gl.constexpr, KS: gl.constexpr,
+                 BN: gl.constexpr, BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr,
+                 QBN: gl.constexpr, QBK: gl.constexpr, SEGMENTS: gl.constexpr, SEG1: gl.constexpr,
+                 SEG2: gl.constexpr, row_offset: gl.constexpr, layout: gl.constexpr):
     """The scales of iteration ``it``'s unit ([BK // QBK], one a scale block; 0 past K or past the
     ``total`` iterations), times 2⁸ for the f16 activations' 2⁻⁸: its task's row block
-    (``row_offset`` rows down, for the up half of a gated weight) and its chunk's column blocks."""
+    (``row_offset`` stacked rows down, for the up half of a gated weight) in its own tensor's
+    scales (``scale_ptr`` … as the weight's tensors) and its chunk's column blocks."""
     task = pid + (it // CHUNKS) * G
     k0 = (task // TILES) * KS + (it % CHUNKS) * BK
-    row_block = ((task % TILES) * BN + row_offset) // QBN
+    base, row = _segment((task % TILES) * BN + row_offset, scale_ptr, scale2_ptr, scale3_ptr, SEGMENTS, SEG1, SEG2)
     c = gl.arange(0, BK // QBK, layout=layout)
     k = k0 + c * QBK
-    return gl.load(scale_ptr + row_block * ((K + QBK - 1) // QBK) + k // QBK, mask=(k < K) & (it < total),
+    return gl.load(base + (row // QBN) * ((K + QBK - 1) // QBK) + k // QBK, mask=(k < K) & (it < total),
                    other=0.0) / X_SCALE
 
 
@@ -167,9 +204,10 @@ def _consume_scaled(i, ring, ready, empty, xslot, scales, acc, QBK: gl.constexpr
 
 
 @gluon.jit
-def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr,
-                M: gl.constexpr, TILES: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr,
-                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, layout: gl.constexpr):
+def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr, RES_PARTS: gl.constexpr,
+                N: gl.constexpr, M: gl.constexpr, TILES: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr,
+                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, SEGMENTS: gl.constexpr, SEG1: gl.constexpr,
+                SEG2: gl.constexpr, layout: gl.constexpr):
     """A task's epilogue: out[split, :M, tile] = accᵀ (+ bias, + residual on split 0), or
     silu(gate)·up; accᵀ is [BN output rows, NP token rows]."""
     NP: gl.constexpr = acc.shape[1]
@@ -183,7 +221,8 @@ def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, residual_ptr, RES_PARTS: g
         gate = out
         out = gate / (1.0 + gl.exp(-gate)) * gl.convert_layout(acc_up, layout)
     if HAS_BIAS:
-        out += gl.load(bias_ptr + n, mask=(n < N) & (split == 0), other=0.0).to(gl.float32)[:, None]
+        base, first = _segment(tile * BN, bias_ptr, b2_ptr, b3_ptr, SEGMENTS, SEG1, SEG2)  # the tile's tensor
+        out += gl.load(base + first + (n - tile * BN), mask=(n < N) & (split == 0), other=0.0).to(gl.float32)[:, None]
     if HAS_RESIDUAL:
         at = m[None, :] * N + n[:, None]
         for p in gl.static_range(RES_PARTS):
@@ -207,11 +246,12 @@ def _stage_input(pid, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, M: gl.c
 
 @gluon.jit
 def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr, norm_ptr, x_hat_ptr, w_scale_ptr,
-                QUANT: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr, out_ptr, bias_ptr, residual_ptr,
-                RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr, K_P: gl.constexpr, M: gl.constexpr,
-                BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, EPS: gl.constexpr,
-                NORM: gl.constexpr, HAS_BIAS: gl.constexpr, HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr,
-                INTER: gl.constexpr):
+                w2_scale_ptr, w3_scale_ptr, QUANT: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr, out_ptr,
+                bias_ptr, b2_ptr, b3_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
+                K_P: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr,
+                G: gl.constexpr, EPS: gl.constexpr, NORM: gl.constexpr, HAS_BIAS: gl.constexpr,
+                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, INTER: gl.constexpr, SEGMENTS: gl.constexpr,
+                SEG1: gl.constexpr, SEG2: gl.constexpr):
     """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
     in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
     if NORM or X_PARTS > 1:
@@ -237,21 +277,22 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
     if QUANT:  # a unit's scales are loaded an iteration ahead: their L2 round trip hides under a unit's product
-        scales = _unit_scales(0, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0, s_layout)
+        scales = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G,
+                              QBN, QBK, SEGMENTS, SEG1, SEG2, 0, s_layout)
         if GATED:
-            scales_up = _unit_scales(0, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, INTER,
-                                     s_layout)
+            scales_up = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK, CHUNKS,
+                                     TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, INTER, s_layout)
     for it in range(total):
         async_copy.wait_group(XD - 2)  # this thread's copy of chunk `it` has landed ...
         gl.thread_barrier()  # ... and every thread's; every thread is past iteration it - 1
         if QUANT:
             _widen_x(xring.index(it % XD), xring.index(XD), x_layout)
             gl.thread_barrier()
-            next_scales = _unit_scales(it + 1, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN, QBK, 0,
-                                       s_layout)
+            next_scales = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK,
+                                       CHUNKS, TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, 0, s_layout)
             if GATED:
-                next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G, QBN,
-                                              QBK, INTER, s_layout)
+                next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN,
+                                              BK, CHUNKS, TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, INTER, s_layout)
         else:
             xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
         # the slot refilled now is iteration it - 1's, which every thread has read
@@ -271,8 +312,8 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
             if GATED:
                 i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
         if it % CHUNKS == CHUNKS - 1:
-            _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, residual_ptr, RES_PARTS, N, M, TILES,
-                        BN, HAS_BIAS, HAS_RESIDUAL, GATED, out_layout)
+            _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr,
+                        RES_PARTS, N, M, TILES, BN, HAS_BIAS, HAS_RESIDUAL, GATED, SEGMENTS, SEG1, SEG2, out_layout)
             acc = gl.zeros([BN, NP], gl.float32, acc_layout)
             acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
     async_copy.wait_group(0)
