@@ -33,12 +33,47 @@ def embed_op(pid, pre, tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, B
 
 
 @triton.jit
+def _uniform(seed, v, position, round):
+    """A uniform draw in (0, 1) per vocabulary entry ``v``: Philox4x32-10 keyed by the row's seed,
+    its counter (v, position, round, 0); its first word's top 23 bits plus a half, over 2²³ (exact
+    in fp32, so never 0 or 1)."""
+    zero = v * 0
+    word, _, _, _ = tl.philox(seed, v, zero + position, zero + round, zero)
+    return ((word >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+
+
+@triton.jit
+def _first_draw(logits, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V: tl.constexpr,
+                TILES: tl.constexpr, TOKENS: tl.constexpr):
+    """Token row m's first sampling round over one vocabulary tile, where the tile's logits are:
+    the tile's largest Gumbel-perturbed scaled logit (z = (logit − tile max) / temperature −
+    log(−log u), u the round-0 uniforms ``sample_op`` would draw) and its first id, and the
+    tile's mass Σ exp((logit − tile max) / temperature). Spread over every CTA's tiles, the
+    round's Philox draws cost a CTA its own tiles' share, not one CTA the whole vocabulary."""
+    row = m // TOKENS
+    temp = tl.load(temperature + row)
+    if temp > 0.0:
+        valid = cols < V
+        logit = tl.where(valid, load_act(logits + m * V + cols, valid), float("-inf"))
+        inv_t = 1.0 / temp
+        scaled = (logit - tl.max(logit, axis=0)) * inv_t
+        u = _uniform(tl.load(seed + row), cols.to(tl.uint32), tl.load(positions + m).to(tl.uint32), 0)
+        z = tl.where(valid, scaled - tl.log(-tl.log(u)), float("-inf"))
+        top, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        tl.store(tile_z + m * TILES + tile, top)
+        tl.store(tile_zarg + m * TILES + tile, tile * cols.shape[0] + at)
+        tl.store(tile_mass + m * TILES + tile, tl.sum(tl.where(valid, tl.exp(scaled), 0.0), axis=0))
+
+
+@triton.jit
 def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, logits, tile_max, tile_arg,
-              V: tl.constexpr, K: tl.constexpr, K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr,
-              BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr,
-              GREEDY: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr):
+              positions, temperature, seed, tile_z, tile_zarg, tile_mass, V: tl.constexpr, K: tl.constexpr,
+              K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+              G: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, GREEDY: tl.constexpr, SAMPLED: tl.constexpr,
+              TOKENS: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr):
     """fp32 logits of the CTA's vocabulary tiles; for a greedy head also each tile's max and
-    first argmax per row, read back from this CTA's own logits stores."""
+    first argmax per row, read back from this CTA's own logits stores, and for a sampling head
+    (SAMPLED) each tile's part of the rows' first draw (``_first_draw``)."""
     gemv_op(pid, pre, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, w_ptr, None, None, None, None, None, False, 1, 1, logits,
             None, None, None, None, 1, N=V, K=K, K_P=K_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
             NORM=NORM, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES,
@@ -56,6 +91,10 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
             best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
             tl.store(tile_max + r * TILES + tile, best, mask=r < M)
             tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
+            if SAMPLED:
+                for m in range(M):
+                    _first_draw(logits, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V,
+                                TILES, TOKENS)
 
 
 @triton.jit
@@ -88,26 +127,19 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
 
 
 @triton.jit
-def _uniform(seed, v, position, round):
-    """A uniform draw in (0, 1) per vocabulary entry ``v``: Philox4x32-10 keyed by the row's seed,
-    its counter (v, position, round, 0); its first word's top 23 bits plus a half, over 2²³ (exact
-    in fp32, so never 0 or 1)."""
-    zero = v * 0
-    word, _, _, _ = tl.philox(seed, v, zero + position, zero + round, zero)
-    return ((word >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
-
-
-@triton.jit
-def sample_op(pid, pre, logits, tile_max, tile_arg, next_ids, positions, temperature, top_k, top_p, seed,
-              V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
-              TOKENS: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
+              top_k, top_p, seed, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
+              G: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     """next_ids[m]: an id drawn from softmax(logits / temperature) over the row's set S, the ids
     within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
-    against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max,
-    one pass), accept it if x ∈ S (a second pass counts the ids above it and their mass), else
-    raise the floor to x (every id at or below it is outside S too) and draw again; the draws'
-    uniforms come from the row's seed, the token's position and the round. A row of temperature
-    0 (or top_p ≤ 0) takes its greedy id, the first index of its largest logit."""
+    against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max),
+    accept it if x ∈ S (a pass counts the ids above it and their mass), else raise the floor to x
+    (every id at or below it is outside S too) and draw again; the draws' uniforms come from the
+    row's seed, the token's position and the round. The first round's draw and the distribution's
+    mass come from the tiles' parts (``logits_op``), and a row whose S is every id (top_k 0,
+    top_p ≥ 1) takes that draw with no pass at all; later rounds draw in one pass of their own.
+    A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first index of its largest
+    logit."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
@@ -124,35 +156,41 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, next_ids, positions, tempera
             key = tl.load(seed + row)
             position = tl.load(positions + m).to(tl.uint32)
             inv_t = 1.0 / temp
-            total = tl.full([], 0.0, tl.float32)
-            for v0 in range(0, V, BV):  # the distribution's mass (relative to its largest term)
-                v = v0 + n
-                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                total += tl.sum(tl.exp((logit - best) * inv_t), axis=0)
+            # the tiles' parts, shifted from each tile's max to the row's
+            shift = (vals - best) * inv_t
+            mass = tl.load(tile_mass + m * TILES + t, mask=t < TILES, other=0.0, cache_modifier=".cg")
+            total = tl.sum(tl.exp(shift) * mass, axis=0)
+            tiles_z = tl.load(tile_z + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg") + shift
+            top = tl.max(tiles_z, axis=0)
+            first = tl.min(tl.where(tiles_z == top, tl.load(tile_zarg + m * TILES + t, mask=t < TILES, other=V,
+                                                      cache_modifier=".cg"), V), axis=0)
+            every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
+            pick = tl.where(every, first, pick)
             floor = tl.full([], float("-inf"), tl.float32)
-            done = temp < 0.0  # false: a draw is accepted
+            done = every
             r = tl.full([], 0, tl.int32)
             while (r < MAX_ROUNDS) & (~done):
-                top_z = tl.full([], float("-inf"), tl.float32)
-                x = pick
-                for v0 in range(0, V, BV):  # one draw among the ids above the floor
-                    v = v0 + n
-                    logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                    u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
-                    z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
-                    chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                    x = tl.where(chunk_z > top_z, v0 + at, x)
-                    top_z = tl.maximum(chunk_z, top_z)
+                x = first
+                if r > 0:
+                    top_z = tl.full([], float("-inf"), tl.float32)
+                    for v0 in range(0, V, BV):  # one draw among the ids above the floor
+                        v = v0 + n
+                        logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                        u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
+                        z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
+                        chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                        x = tl.where(chunk_z > top_z, v0 + at, x)
+                        top_z = tl.maximum(chunk_z, top_z)
                 lx = tl.load(logits + m * V + x, cache_modifier=".cg")
                 above = tl.full([], 0, tl.int32)
-                mass = tl.full([], 0.0, tl.float32)
+                over_mass = tl.full([], 0.0, tl.float32)
                 for v0 in range(0, V, BV):  # the ids more likely than x: how many, and their mass
                     v = v0 + n
                     logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
                     over = logit > lx
                     above += tl.sum(over.to(tl.int32), axis=0)
-                    mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-                done = ((k <= 0) | (above < k)) & (mass < p * total)
+                    over_mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+                done = ((k <= 0) | (above < k)) & (over_mass < p * total)
                 pick = tl.where(done, x, pick)
                 floor = tl.where(done, floor, lx)
                 r += 1

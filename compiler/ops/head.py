@@ -54,6 +54,9 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
     regions = [Region("x_in", "io", "fp32", (s.x_parts, s.m, s.hidden), None, ()),
                Region("logits", "io", "fp32", (s.m, s.vocab), "logits", (), CTA_LOCAL if s.greedy else None),
                x_hat("x_hat", logits_in, "logits", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stage)]
+    if s.sampled:  # each tile's part of the rows' first draw (kernels/head._first_draw)
+        regions += [Region(name, "scratch", dtype, (s.m, s.tiles), "logits", ())
+                    for name, dtype in (("tile_z", "fp32"), ("tile_zarg", "i32"), ("tile_mass", "fp32"))]
     if s.greedy:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
@@ -81,17 +84,25 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
     x = "x_hat" if s.norm_stage else "x_in"
     greedy = (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"])) if s.greedy else (("tile_max", None),
                                                                                             ("tile_arg", None))
+    draw = ("tile_z", "tile_zarg", "tile_mass")
+    sampling = {n: tensor(n, dtype, "step_input") for n, dtype in SAMPLING_INPUTS}
+    positions = tensor("positions", "i32", "step_input")
+    first_draw = tuple((n, arg[n] if s.sampled else None) for n in draw) + tuple(
+        (n, v if s.sampled else None) for n, v in (("positions", positions), ("temperature", sampling["temperature"]),
+                                                   ("seed", sampling["seed"])))
     ops.append(Op(
         "logits", "logits_op", "gemv_prefetch", s.tiles,
         f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
          ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
          ("w2_ptr", None), ("w3_ptr", None), ("SEGMENTS", 1), ("SEG1", s.vocab), ("SEG2", s.vocab),
-         ("logits", arg["logits"]), *greedy, ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
+         ("logits", arg["logits"]), *greedy, *first_draw, ("SAMPLED", s.sampled), ("TOKENS", s.tokens),
+         ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
          ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),
          ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]), ("NORM_ROWS", p["NORM_ROWS"])),
         writes=(r["logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
+        + (tuple(r[n] for n in draw) if s.sampled else ())
         + (() if s.norm_stage else (r["x_hat"],)),
         reads=(x,) + (("logits",) if s.greedy else ()) + (() if s.norm_stage else ("x_hat",)),
         needs=(Need(x, "every row's K columns" if s.norm_stage else "whole rows (each CTA norms them)"),),
@@ -99,16 +110,15 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
         io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
     if s.sampled:
-        sampling = tuple((n, tensor(n, dtype, "step_input")) for n, dtype in SAMPLING_INPUTS)
         ops.append(Op("sample", "sample_op", None, s.m,
                       "(token row): the id drawn from softmax(logits / temperature) within the row's top-k and "
                       "top-p (greedy where temperature is 0)",
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
-                       ("next_ids", arg["next_ids"]), ("positions", tensor("positions", "i32", "step_input")),
-                       *sampling, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
+                       *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
+                       *sampling.items(), ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
-                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg", "logits"),
-                      needs=(Need("tile_max", "the row's tiles"), Need("tile_arg", "the row's tiles"),
+                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg", *draw, "logits"),
+                      needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
                       io_bytes=s.m * 4))
     elif s.greedy:
