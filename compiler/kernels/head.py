@@ -43,26 +43,26 @@ def _uniform(seed, v, position, round):
 
 
 @triton.jit
-def _first_draw(logits, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V: tl.constexpr,
-                TILES: tl.constexpr, TOKENS: tl.constexpr):
-    """Token row m's first sampling round over one vocabulary tile, where the tile's logits are:
-    the tile's largest Gumbel-perturbed scaled logit (z = (logit − tile max) / temperature −
-    log(−log u), u the round-0 uniforms ``sample_op`` would draw) and its first id, and the
-    tile's mass Σ exp((logit − tile max) / temperature). Spread over every CTA's tiles, the
-    round's Philox draws cost a CTA its own tiles' share, not one CTA the whole vocabulary."""
+def _first_draw(vals, r, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, TILES: tl.constexpr,
+                TOKENS: tl.constexpr):
+    """Token row m's first sampling round over one vocabulary tile, from the tile's logits
+    ``vals`` ([rows, tile], −inf past the vocabulary, already in registers): the tile's largest
+    Gumbel-perturbed scaled logit (z = (logit − tile max) / temperature − log(−log u), u the
+    round-0 uniforms ``sample_op`` would draw) and its first id, and the tile's mass
+    Σ exp((logit − tile max) / temperature). Spread over every CTA's tiles, the round's Philox
+    draws cost a CTA its own tiles' share, not one CTA the whole vocabulary."""
     row = m // TOKENS
     temp = tl.load(temperature + row)
     if temp > 0.0:
-        valid = cols < V
-        logit = tl.where(valid, load_act(logits + m * V + cols, valid), float("-inf"))
+        logit = tl.max(tl.where(r[:, None] == m, vals, float("-inf")), axis=0)  # row m of the tile
         inv_t = 1.0 / temp
         scaled = (logit - tl.max(logit, axis=0)) * inv_t
         u = _uniform(tl.load(seed + row), cols.to(tl.uint32), tl.load(positions + m).to(tl.uint32), 0)
-        z = tl.where(valid, scaled - tl.log(-tl.log(u)), float("-inf"))
+        z = tl.where(logit > float("-inf"), scaled - tl.log(-tl.log(u)), float("-inf"))
         top, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
         tl.store(tile_z + m * TILES + tile, top)
         tl.store(tile_zarg + m * TILES + tile, tile * cols.shape[0] + at)
-        tl.store(tile_mass + m * TILES + tile, tl.sum(tl.where(valid, tl.exp(scaled), 0.0), axis=0))
+        tl.store(tile_mass + m * TILES + tile, tl.sum(tl.exp(scaled), axis=0))
 
 
 @triton.jit
@@ -93,7 +93,7 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
             tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
             if SAMPLED:
                 for m in range(M):
-                    _first_draw(logits, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V,
+                    _first_draw(vals, r, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass,
                                 TILES, TOKENS)
 
 
@@ -144,26 +144,28 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
     for m in range(pid, M, G):
-        vals = tl.load(tile_max + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
-        args = tl.load(tile_arg + m * TILES + t, mask=t < TILES, other=V, cache_modifier=".cg")
-        best = tl.max(vals, axis=0)
-        pick = tl.min(tl.where(vals == best, args, V), axis=0)
+        # every load up front, so their L2 round trips overlap (a greedy row's tile parts are not read)
         row = m // TOKENS
         temp = tl.load(temperature + row)
         p = tl.load(top_p + row)
+        k = tl.load(top_k + row)
+        key = tl.load(seed + row)
+        position = tl.load(positions + m).to(tl.uint32)
+        part = m * TILES + t
+        vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+        args = tl.load(tile_arg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+        mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
+        tiles_z = tl.load(tile_z + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+        tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+        best = tl.max(vals, axis=0)
+        pick = tl.min(tl.where(vals == best, args, V), axis=0)
         if (temp > 0.0) & (p > 0.0):
-            k = tl.load(top_k + row)
-            key = tl.load(seed + row)
-            position = tl.load(positions + m).to(tl.uint32)
             inv_t = 1.0 / temp
-            # the tiles' parts, shifted from each tile's max to the row's
-            shift = (vals - best) * inv_t
-            mass = tl.load(tile_mass + m * TILES + t, mask=t < TILES, other=0.0, cache_modifier=".cg")
+            shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
             total = tl.sum(tl.exp(shift) * mass, axis=0)
-            tiles_z = tl.load(tile_z + m * TILES + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg") + shift
+            tiles_z += shift
             top = tl.max(tiles_z, axis=0)
-            first = tl.min(tl.where(tiles_z == top, tl.load(tile_zarg + m * TILES + t, mask=t < TILES, other=V,
-                                                      cache_modifier=".cg"), V), axis=0)
+            first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
             every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
             pick = tl.where(every, first, pick)
             floor = tl.full([], float("-inf"), tl.float32)
