@@ -102,3 +102,45 @@ def test_a_row_ends_at_its_end_of_sequence_id(decoder):
     for b in range(3):
         end = free[b].index(eos) + 1 if eos in free[b] else 16
         assert ended[b] == free[b][:end]
+
+
+SAMPLE = Path(PACKAGES) / "llama-3.2-1b-sample-sm_90" / "sm_90"
+
+
+@pytest.fixture(scope="module")
+def sampling_decoder():
+    if not (SAMPLE / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-sample-sm_90/sm_90 "
+                    "(docs/measurements/2026-12-04-h200-serving/llama-3.2-1b-sample-sm_90.yaml)")
+    pkg = runtime.load(SAMPLE)
+    model = hf_model(CONFIG, random_state_dict(pkg, seed=5), torch.bfloat16, pkg.device)
+    model.generation_config.eos_token_id = None
+    return Decoder(model, pkg)
+
+
+def test_sampled_generation_reproduces_and_stays_within_each_rows_top_k(sampling_decoder):
+    """Sampled rows through the integration, in the CUDA graph: the same seeds give the same ids,
+    other seeds others; each sampled id lies within its row's top-k of the model's own logits
+    (transformers, teacher-forced over the sequence), up to what bf16 moves a logit; a row of
+    temperature 0 draws nothing (no seed changes it). Random weights with a tied head make the
+    input id all but certain, so the temperatures are high enough to spread the draws over the
+    top-k."""
+    rows, new = 3, 24
+    prompts = _prompts(rows, seed=6)
+    settings = {"temperature": [0.0, 500.0, 1000.0], "top_k": [0, 5, 3], "top_p": [1.0, 1.0, 1.0]}
+    first = sampling_decoder.generate(prompts, new, seed=[1, 2, 3], **settings)
+    again = sampling_decoder.generate(prompts, new, seed=[1, 2, 3], **settings)
+    other = sampling_decoder.generate(prompts, new, seed=[1, 7, 8], **settings)
+    assert first == again and first[1] != other[1] and first[2] != other[2]
+    assert first[0] == other[0]  # greedy: no seed matters
+    model = sampling_decoder.model
+    for b, k in ((1, 5), (2, 3)):
+        sequence = torch.cat([prompts[b], torch.tensor(first[b], device=prompts[b].device)])
+        with torch.no_grad():
+            logits = model(sequence[None]).logits[0, prompts[b].numel() - 1: -1].float()
+        top = logits.topk(k, -1).values
+        drawn = logits.gather(1, torch.tensor(first[b], device=logits.device)[:, None])[:, 0]
+        # within the top-k: at least the k-th largest logit, less what bf16 moves a logit (the
+        # transformers check's bound, relative to the largest)
+        slack = 0.03 * top[:, 0].abs()
+        assert (drawn >= top[:, k - 1] - slack).all(), f"row {b}: an id outside its top-{k}"

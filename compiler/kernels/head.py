@@ -43,26 +43,30 @@ def _uniform(seed, v, position, round):
 
 
 @triton.jit
-def _first_draw(vals, r, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, TILES: tl.constexpr,
-                TOKENS: tl.constexpr):
-    """Token row m's first sampling round over one vocabulary tile, from the tile's logits
-    ``vals`` ([rows, tile], −inf past the vocabulary, already in registers): the tile's largest
+def _first_draw(logits, cols, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V: tl.constexpr,
+                M: tl.constexpr, M_P: tl.constexpr, TILES: tl.constexpr, TOKENS: tl.constexpr):
+    """Every token row's first sampling round over one vocabulary tile, where the tile's logits
+    are (this CTA's own stores, read back in one load for all M rows): the tile's largest
     Gumbel-perturbed scaled logit (z = (logit − tile max) / temperature − log(−log u), u the
     round-0 uniforms ``sample_op`` would draw) and its first id, and the tile's mass
     Σ exp((logit − tile max) / temperature). Spread over every CTA's tiles, the round's Philox
-    draws cost a CTA its own tiles' share, not one CTA the whole vocabulary."""
-    row = m // TOKENS
-    temp = tl.load(temperature + row)
-    if temp > 0.0:
-        logit = tl.max(tl.where(r[:, None] == m, vals, float("-inf")), axis=0)  # row m of the tile
-        inv_t = 1.0 / temp
-        scaled = (logit - tl.max(logit, axis=0)) * inv_t
-        u = _uniform(tl.load(seed + row), cols.to(tl.uint32), tl.load(positions + m).to(tl.uint32), 0)
-        z = tl.where(logit > float("-inf"), scaled - tl.log(-tl.log(u)), float("-inf"))
-        top, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        tl.store(tile_z + m * TILES + tile, top)
-        tl.store(tile_zarg + m * TILES + tile, tile * cols.shape[0] + at)
-        tl.store(tile_mass + m * TILES + tile, tl.sum(tl.exp(scaled), axis=0))
+    draws cost a CTA its own tiles' share, not one CTA the whole vocabulary. A greedy row's
+    parts are computed too (temperature taken as 1) and never read."""
+    m = tl.arange(0, M_P)  # M_P: M rounded up to a power of two
+    live = m < M
+    temp = tl.load(temperature + m // TOKENS, mask=live, other=1.0)
+    inv_t = 1.0 / tl.where(temp > 0.0, temp, 1.0)
+    valid = live[:, None] & (cols[None, :] < V)
+    logit = tl.where(valid, load_act(logits + m[:, None] * V + cols[None, :], valid), float("-inf"))
+    scaled = (logit - tl.max(logit, axis=1)[:, None]) * inv_t[:, None]
+    key = tl.load(seed + m // TOKENS, mask=live, other=0)
+    position = tl.load(positions + m, mask=live, other=0).to(tl.uint32)
+    u = _uniform(key[:, None], cols[None, :].to(tl.uint32), position[:, None], 0)
+    z = tl.where(valid, scaled - tl.log(-tl.log(u)), float("-inf"))
+    top, at = tl.max(z, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(tile_z + m * TILES + tile, top, mask=live)
+    tl.store(tile_zarg + m * TILES + tile, tile * cols.shape[0] + at, mask=live)
+    tl.store(tile_mass + m * TILES + tile, tl.sum(tl.where(valid, tl.exp(scaled), 0.0), axis=1), mask=live)
 
 
 @triton.jit
@@ -70,7 +74,8 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
               positions, temperature, seed, tile_z, tile_zarg, tile_mass, V: tl.constexpr, K: tl.constexpr,
               K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               G: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, GREEDY: tl.constexpr, SAMPLED: tl.constexpr,
-              TOKENS: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr):
+              M_P: tl.constexpr, TOKENS: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
+              NORM_ROWS: tl.constexpr):
     """fp32 logits of the CTA's vocabulary tiles; for a greedy head also each tile's max and
     first argmax per row, read back from this CTA's own logits stores, and for a sampling head
     (SAMPLED) each tile's part of the rows' first draw (``_first_draw``)."""
@@ -92,9 +97,8 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
             tl.store(tile_max + r * TILES + tile, best, mask=r < M)
             tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
             if SAMPLED:
-                for m in range(M):
-                    _first_draw(vals, r, cols, m, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass,
-                                TILES, TOKENS)
+                _first_draw(logits, cols, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V, M, M_P,
+                            TILES, TOKENS)
 
 
 @triton.jit
