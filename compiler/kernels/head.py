@@ -84,21 +84,29 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
             NORM=NORM, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES,
             NORM_ROWS=NORM_ROWS, SEGMENTS=1, SEG1=V, SEG2=V)
     if GREEDY:
-        TILES: tl.constexpr = (V + BN - 1) // BN
         tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
-        r = tl.arange(0, ROWS_P)
-        n = tl.arange(0, BN)
-        for tile in range(pid, TILES, G):
-            cols = tile * BN + n
-            mask = (r[:, None] < M) & (cols[None, :] < V)
-            vals = load_act(logits + r[:, None] * V + cols[None, :], mask)
-            vals = tl.where(mask, vals, float("-inf"))
-            best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
-            tl.store(tile_max + r * TILES + tile, best, mask=r < M)
-            tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
-            if SAMPLED:
-                _first_draw(logits, cols, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V, M, M_P,
-                            TILES, TOKENS)
+        for tile in range(pid, (V + BN - 1) // BN, G):
+            tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass, V,
+                       M, ROWS_P, BN, SAMPLED, M_P, TOKENS)
+
+
+@triton.jit
+def tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
+               V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, SAMPLED: tl.constexpr,
+               M_P: tl.constexpr, TOKENS: tl.constexpr):
+    """What the argmax and sample ops take of one vocabulary tile of logits, per token row: its
+    max and first argmax, and for a sampling head (SAMPLED) its part of the first draw."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    r = tl.arange(0, ROWS_P)
+    cols = tile * BN + tl.arange(0, BN)
+    mask = (r[:, None] < M) & (cols[None, :] < V)
+    vals = tl.where(mask, load_act(logits + r[:, None] * V + cols[None, :], mask), float("-inf"))
+    best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
+    tl.store(tile_max + r * TILES + tile, best, mask=r < M)
+    tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
+    if SAMPLED:
+        _first_draw(logits, cols, tile, temperature, seed, positions, tile_z, tile_zarg, tile_mass, V, M, M_P, TILES,
+                    TOKENS)
 
 
 @triton.jit
@@ -141,10 +149,12 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     (every id at or below it is outside S too) and draw again; the draws' uniforms come from the
     row's seed, the token's position and the round. The first round's draw and the distribution's
     mass come from the tiles' parts (``logits_op``), and a row whose S is every id (top_k 0,
-    top_p ≥ 1) takes that draw with no pass at all; later rounds draw in one pass of their own.
+    top_p ≥ 1) takes that draw with no pass at all; later rounds draw in a pass of their own. A
+    pass reads only the chunks whose tiles hold an id above its bound.
     A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first index of its largest
-    logit."""
+    logit. TILES_P is the tiles rounded up to a power of two, and to whole chunks of BV ids."""
     TILES: tl.constexpr = (V + BN - 1) // BN
+    CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
     for m in range(pid, M, G):
@@ -172,6 +182,10 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
             first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
             every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
             pick = tl.where(every, first, pick)
+            # a pass visits only the chunks of BV ids that hold an id above its bound (their
+            # tiles' maxima say which): those alone can change what it finds
+            chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
+            chunk = tl.arange(0, CHUNKS)
             floor = tl.full([], float("-inf"), tl.float32)
             done = every
             r = tl.full([], 0, tl.int32)
@@ -179,23 +193,27 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                 x = first
                 if r > 0:
                     top_z = tl.full([], float("-inf"), tl.float32)
-                    for v0 in range(0, V, BV):  # one draw among the ids above the floor
-                        v = v0 + n
+                    c = tl.min(tl.where(chunk_max > floor, chunk, CHUNKS), axis=0)
+                    while c < CHUNKS:  # one draw among the ids above the floor
+                        v = c * BV + n
                         logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
                         u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
                         z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
                         chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                        x = tl.where(chunk_z > top_z, v0 + at, x)
+                        x = tl.where(chunk_z > top_z, c * BV + at, x)
                         top_z = tl.maximum(chunk_z, top_z)
+                        c = tl.min(tl.where((chunk_max > floor) & (chunk > c), chunk, CHUNKS), axis=0)
                 lx = tl.load(logits + m * V + x, cache_modifier=".cg")
                 above = tl.full([], 0, tl.int32)
                 over_mass = tl.full([], 0.0, tl.float32)
-                for v0 in range(0, V, BV):  # the ids more likely than x: how many, and their mass
-                    v = v0 + n
+                c = tl.min(tl.where(chunk_max > lx, chunk, CHUNKS), axis=0)
+                while c < CHUNKS:  # the ids more likely than x: how many, and their mass
+                    v = c * BV + n
                     logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
                     over = logit > lx
                     above += tl.sum(over.to(tl.int32), axis=0)
                     over_mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+                    c = tl.min(tl.where((chunk_max > lx) & (chunk > c), chunk, CHUNKS), axis=0)
                 done = ((k <= 0) | (above < k)) & (over_mass < p * total)
                 pick = tl.where(done, x, pick)
                 floor = tl.where(done, floor, lx)

@@ -1,0 +1,32 @@
+"""The sampling head's draw over a vocabulary of several sampling chunks, under Triton's CPU
+interpreter (``sampler_worker.py``): the tiny models' vocabularies fit one chunk, so only here do
+the sample op's passes skip the chunks whose tiles hold no id above their bound, and do
+rejection rounds run over several chunks. Each row's id must be the float64 reference's, given
+the same logits and uniforms, wherever its decisions are not within fp32's rounding."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DECIDED = 1e-4  # as the step's numerics tests: a closer decision is not compared
+# per row: temperature, top_k, top_p (greedy, plain temperature, top-k, top-p, both, and top-k 1
+# at a high temperature: rejected round after round until the floor leaves the argmax alone)
+SETTINGS = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (4.0, 1, 1.0),
+            (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (4.0, 1, 1.0), (2.0, 20, 0.5), (2.0, 0, 0.6)]
+PEAKS = [8000, 100, 5000, 2100, 6500, 8150, 300, 60, 4100, 20, 1000, 7000]  # each row's likeliest ids
+
+
+def test_the_sampler_draws_the_references_ids_over_several_chunks():
+    case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": SETTINGS, "vocab": 4 * 2048 + 100,
+            "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
+            "peaks": PEAKS}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
+                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert all(out["ids"][b] == out["argmax"][b] for b in (0, 5, 9)), f"{case}: {out}"  # greedy, top-k 1
+    decided = [b for b, margin in enumerate(out["margins"]) if margin > DECIDED]
+    assert len(decided) >= 8, f"{case}: {out}"
+    assert all(out["ids"][b] == out["wanted"][b] for b in decided), f"{case}: {out}"
