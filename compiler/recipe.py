@@ -149,9 +149,6 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         raise InputError(src, "modes", f"expected a non-empty list of {', '.join(MODES)}")
     modes = tuple(_choice(src, f"modes[{i}]", m, MODES) for i, m in enumerate(modes))
     head = _choice(src, "head", doc["head"], HEADS)
-    if head == "sample" and doc.get("verify") is not None:
-        raise Refusal(src, "verify: with head: sample, a verify band's verdict would need rejection sampling for "
-                           "its sampled rows, which is not served yet (head: ids serves the greedy verdict)")
     return Deployment(
         target=target,
         sm_count=_int(src, "sm_count", doc["sm_count"], maximum=MAX_SM_COUNT),

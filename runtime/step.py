@@ -220,18 +220,18 @@ class DecodeStep:
 
     @property
     def verdict(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """The last step's greedy verdict, for a verify band (rows × (1 + drafts) tokens, token j + 1
-        of a row the draft for what token j predicts): ``accepted`` int32 [rows], how many leading
-        drafts equal the greedy ids, and ``emitted`` int32 [rows, tokens], the ids to emit (the
-        accepted drafts, then the correction or bonus id; −1 after them). Views of the step's own
-        buffers, on the device (the next step's inputs can be laid out from them there). A padding
-        row's verdict means nothing."""
+        """The last step's speculative verdict, for a verify band (rows × (1 + drafts) tokens, token
+        j + 1 of a row the draft for what token j predicts): ``accepted`` int32 [rows], how many
+        leading drafts equal the ids the head decided (greedy, or drawn by a sampling head), and
+        ``emitted`` int32 [rows, tokens], the ids to emit (the accepted drafts, then the correction
+        or bonus id; −1 after them). Views of the step's own buffers, on the device (the next
+        step's inputs can be laid out from them there). A padding row's verdict means nothing."""
         if self._last is None:
             raise RuntimeError("no step has run yet")
         band, m = self._last
         if "accepted" not in band.buffers.verdict:
             raise StepInputError(f"{band.band.rows} rows × {band.band.tokens} tokens: a verdict needs a verify band "
-                                 "of a package whose head is ids")
+                                 "of a package whose head is ids or sample")
         rows = m // band.band.tokens
         return band.buffers.verdict["accepted"][:rows], band.buffers.verdict["emitted"][:rows]
 

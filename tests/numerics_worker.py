@@ -101,7 +101,15 @@ def main(case: dict, workdir: Path) -> dict:
                            for c in ctx]).to(torch.int32)
     ids = torch.randint(0, g.vocab, (rows * tokens,), generator=gen, dtype=torch.int32)
     poison_past_context(k_caches + v_caches, tables, ctx, block_size, g.sliding_window, tokens)
-    wanted = _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx) if tokens > 1 else []
+    sampling = None
+    if doc["head"] == "sample":
+        settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
+        seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
+        sampling = Sampling(torch.tensor([x[0] for x in settings], dtype=torch.float32),
+                            torch.tensor([x[1] for x in settings], dtype=torch.int32),
+                            torch.tensor([x[2] for x in settings], dtype=torch.float32), seeds)
+    wanted = (_drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, sampling)
+              if tokens > 1 else [])
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 
@@ -112,13 +120,6 @@ def main(case: dict, workdir: Path) -> dict:
     plan = plan_recipe(recipe, schedule)
     layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
     step = InterpretedStep(plan, band, weights, k_caches, v_caches, mode)
-    sampling = None
-    if doc["head"] == "sample":
-        settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
-        seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
-        sampling = Sampling(torch.tensor([x[0] for x in settings], dtype=torch.float32),
-                            torch.tensor([x[1] for x in settings], dtype=torch.int32),
-                            torch.tensor([x[2] for x in settings], dtype=torch.float32), seeds)
     inputs = StepInputs(ids, positions, tables, ctx, sampling)
     logits, next_ids = step(inputs)
     ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens)
@@ -129,15 +130,14 @@ def main(case: dict, workdir: Path) -> dict:
         repeat_err = ((again.double() - first.double()).abs().max()).item()
 
     sampled = {}
-    if sampling is not None:  # each row's draw against the reference's over the programs' own logits
-        draws = [sample_reference(logits[b], float(sampling.temperature[b]), int(sampling.top_k[b]),
-                                  float(sampling.top_p[b]), int(sampling.seed[b]), int(positions[b]), MAX_ROUNDS)
-                 for b in range(rows)]
-        sampled = {"samples_ok": all(int(next_ids[b]) == x for b, (x, margin) in enumerate(draws) if margin > DECIDED),
+    if sampling is not None:  # each token row's draw against the reference's over the programs' own logits
+        draws = [_reference_draw(logits[m], sampling, m // tokens, int(positions[m])) for m in range(rows * tokens)]
+        sampled = {"samples_ok": all(int(next_ids[m]) == x for m, (x, margin) in enumerate(draws) if margin > DECIDED),
                    "samples_decided": sum(int(margin > DECIDED) for _, margin in draws),
+                   "samples_all_decided": all(margin > DECIDED for _, margin in draws),
                    "sampled": next_ids.tolist(), "sampled_wanted": [x for x, _ in draws]}
     verdict = {}
-    if tokens > 1 and recipe.deployment.head == "ids":
+    if tokens > 1 and recipe.deployment.head in ("ids", "sample"):
         live = [b for b in range(rows) if ctx[b]]
         want_accepted, want_emitted = greedy_verdict(next_ids, ids, tokens)
         got_accepted = step.buffers.verdict["accepted"].tolist()
@@ -173,17 +173,26 @@ def main(case: dict, workdir: Path) -> dict:
     }
 
 
-def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx) -> list[int]:
+def _reference_draw(logits, sampling, row: int, position: int) -> tuple[int, float]:
+    """A token row's draw by its row's settings, as the sampling head's rule makes it (float64)."""
+    return sample_reference(logits.float(), float(sampling.temperature[row]), int(sampling.top_k[row]),
+                            float(sampling.top_p[row]), int(sampling.seed[row]), position, MAX_ROUNDS)
+
+
+def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, sampling) -> list[int]:
     """Set a verify band's drafts so that the float64 reference accepts a chosen number of each
-    row's (from 0 to all, by the seed and the row): draft j + 1 is the reference's greedy id after
-    token j, one draft at a time (each depends on the ones before it); returns the numbers chosen."""
+    row's (from 0 to all, by the seed and the row): draft j + 1 is the reference's id after token
+    j (its greedy id, or with ``sampling`` its draw), one draft at a time (each depends on the
+    ones before it); returns the numbers chosen."""
     rows, tokens = case["rows"], case["tokens"]
     wanted = [(case["seed"] + b) % tokens for b in range(rows)]
     for b, n in enumerate(wanted):
         for j in range(n):
             ref = reference_step(g, weights, [c.clone() for c in k_caches], [c.clone() for c in v_caches], ids,
                                  positions, tables, ctx, tokens)
-            ids[b * tokens + j + 1] = ref[b * tokens + j].argmax()
+            m = b * tokens + j
+            ids[m + 1] = (ref[m].argmax() if sampling is None
+                          else _reference_draw(ref[m], sampling, b, int(positions[m]))[0])
     return wanted
 
 

@@ -29,7 +29,7 @@ def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next
                   top_p, seed, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
                   BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions,
-              temperature, top_k, top_p, seed, V, M, BN, TILES_P, M, 1, BV, MAX_ROUNDS)
+              temperature, top_k, top_p, seed, None, None, None, V, M, BN, TILES_P, M, 1, BV, MAX_ROUNDS)
 
 
 def main(case: dict) -> dict:

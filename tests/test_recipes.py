@@ -69,7 +69,6 @@ def _error(tiny_recipe, **overrides):
     ({"head": "probs"}, "head"),
     ({"sm_count": 0}, "sm_count"),
     ({"verify": {"rows": 4, "tokens": 6}}, "verify"),
-    ({"head": "sample", "verify": {"rows": 1, "tokens": 3}}, "verify"),
     ({"max_context": 10**7}, "max_context"),
     ({"colour": "blue"}, "colour"),
     ({"stage_clock": "yes"}, "stage_clock"),

@@ -436,3 +436,37 @@ def test_a_draw_is_reproducible_and_a_graph_replay_draws_afresh(sampler):
         graph.replay()
         seen.add(int(out))
     assert len(seen) > 1, "new seeds, the same id every replay"
+
+
+@pytest.mark.parametrize("accept", [0, 2, 5])
+def test_a_sampled_verify_bands_verdict_accepts_the_drafts_it_draws(sampler, accept):
+    """A 1 × 6 verify step of the sampling package, its row sampled at a temperature that spreads
+    the top ids, whose drafts are set, one at a time with the package's own steps, to the ids the
+    step draws for them (the same seed and positions draw the same ids): its verdict accepts
+    exactly that many and emits them and the id drawn after them."""
+    pkg, weights = sampler
+    if not any(s.band.tokens == 6 for s in pkg.manifest.steps):
+        pytest.skip("the sampling package has no 1 × 6 verify band")
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 51 + accept)
+    case = random_case(pkg, _contexts(1, 6, 51 + accept, dead=False), 6, NUM_BLOCKS, 51 + accept)
+    i = case.inputs
+    step = pkg.bind(weights, cache, "persistent")
+    dev = pkg.device
+    greedy = runtime.Sampling(torch.zeros(1, device=dev), torch.zeros(1, dtype=torch.int32, device=dev),
+                              torch.ones(1, device=dev), torch.tensor([11], device=dev))
+    step(i.tokens, i.positions, i.block_tables, i.context_lens, sampling=greedy)
+    top = step.logits[0].double().sort(descending=True).values
+    sampling = runtime.Sampling(torch.full((1,), float(top[0] - top[19]) / 3, device=dev),
+                                torch.full((1,), 20, dtype=torch.int32, device=dev), torch.ones(1, device=dev),
+                                torch.tensor([11], device=dev))
+    tokens = i.tokens.clone()
+    for j in range(accept):
+        ids = step(tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling)
+        tokens[j + 1] = ids[j]
+    ids = step(tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling)
+    if accept < 5:  # the draft after the accepted ones must not match by chance
+        assert int(tokens[accept + 1]) != int(ids[accept])
+    accepted, emitted = step.verdict
+    want_accepted, want_emitted = greedy_verdict(ids, tokens, 6)
+    assert accepted.tolist() == want_accepted == [accept]
+    assert emitted.tolist() == want_emitted

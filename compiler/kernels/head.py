@@ -140,9 +140,40 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
 
 @triton.jit
 def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-              top_k, top_p, seed, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
-              G: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
-    """next_ids[m]: an id drawn from softmax(logits / temperature) over the row's set S, the ids
+              top_k, top_p, seed, tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
+              TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr,
+              MAX_ROUNDS: tl.constexpr):
+    """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per row of
+    TOKENS token rows. A verify band's rows (TOKENS > 1) also get the speculative verdict, as the
+    greedy head's: the drafts up to the first that is not the id drawn after the token before it
+    are accepted, and the drawn id after them is emitted (the correction or the bonus token).
+    For drafts a deterministic proposer made (its distribution one id), this is the
+    speculative-sampling rule exactly: a draft d is accepted with probability p(d), and a
+    rejected position's id is distributed as p without d, renormalized, which is what drawing x
+    from p and keeping it when x ≠ d gives."""
+    for row in range(pid, M // TOKENS, G):
+        alive = tl.full([], 1, tl.int1)  # every draft so far accepted
+        n = tl.full([], 0, tl.int32)
+        for j in range(TOKENS):
+            m = row * TOKENS + j
+            pick = _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, positions, temperature,
+                         top_k, top_p, seed, V, BN, TILES_P, BV, MAX_ROUNDS)
+            tl.store(next_ids + m, pick)
+            if TOKENS > 1:
+                tl.store(emitted + m, tl.where(alive, pick, -1))
+                has_draft = j < TOKENS - 1
+                draft = tl.load(tokens + m + 1, mask=has_draft, other=-1)  # token j + 1: the draft after j
+                alive = alive & has_draft & (draft == pick)
+                n += alive.to(tl.int32)
+        if TOKENS > 1:
+            tl.store(accepted + row, n)
+
+
+@triton.jit
+def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, positions, temperature, top_k, top_p,
+          seed, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr,
+          MAX_ROUNDS: tl.constexpr):
+    """Token row m's id, drawn from softmax(logits / temperature) over its row's set S, the ids
     within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
     against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max),
     accept it if x ∈ S (a pass counts the ids above it and their mass), else raise the floor to x
@@ -157,65 +188,63 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
-    for m in range(pid, M, G):
-        # every load up front, so their L2 round trips overlap (a greedy row's tile parts are not read)
-        row = m // TOKENS
-        temp = tl.load(temperature + row)
-        p = tl.load(top_p + row)
-        k = tl.load(top_k + row)
-        key = tl.load(seed + row)
-        position = tl.load(positions + m).to(tl.uint32)
-        part = m * TILES + t
-        vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
-        args = tl.load(tile_arg + part, mask=t < TILES, other=V, cache_modifier=".cg")
-        mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
-        tiles_z = tl.load(tile_z + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
-        tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
-        best = tl.max(vals, axis=0)
-        pick = tl.min(tl.where(vals == best, args, V), axis=0)
-        if (temp > 0.0) & (p > 0.0):
-            inv_t = 1.0 / temp
-            shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
-            total = tl.sum(tl.exp(shift) * mass, axis=0)
-            tiles_z += shift
-            top = tl.max(tiles_z, axis=0)
-            first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
-            every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
-            pick = tl.where(every, first, pick)
-            # a pass visits only the chunks of BV ids that hold an id above its bound (their
-            # tiles' maxima say which): those alone can change what it finds
-            chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
-            chunk = tl.arange(0, CHUNKS)
-            floor = tl.full([], float("-inf"), tl.float32)
-            done = every
-            r = tl.full([], 0, tl.int32)
-            while (r < MAX_ROUNDS) & (~done):
-                x = first
-                if r > 0:
-                    top_z = tl.full([], float("-inf"), tl.float32)
-                    c = tl.min(tl.where(chunk_max > floor, chunk, CHUNKS), axis=0)
-                    while c < CHUNKS:  # one draw among the ids above the floor
-                        v = c * BV + n
-                        logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                        u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
-                        z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
-                        chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                        x = tl.where(chunk_z > top_z, c * BV + at, x)
-                        top_z = tl.maximum(chunk_z, top_z)
-                        c = tl.min(tl.where((chunk_max > floor) & (chunk > c), chunk, CHUNKS), axis=0)
-                lx = tl.load(logits + m * V + x, cache_modifier=".cg")
-                above = tl.full([], 0, tl.int32)
-                over_mass = tl.full([], 0.0, tl.float32)
-                c = tl.min(tl.where(chunk_max > lx, chunk, CHUNKS), axis=0)
-                while c < CHUNKS:  # the ids more likely than x: how many, and their mass
+    # every load up front, so their L2 round trips overlap (a greedy row's tile parts are not read)
+    temp = tl.load(temperature + row)
+    p = tl.load(top_p + row)
+    k = tl.load(top_k + row)
+    key = tl.load(seed + row)
+    position = tl.load(positions + m).to(tl.uint32)
+    part = m * TILES + t
+    vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+    args = tl.load(tile_arg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+    mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
+    tiles_z = tl.load(tile_z + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+    tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+    best = tl.max(vals, axis=0)
+    pick = tl.min(tl.where(vals == best, args, V), axis=0)
+    if (temp > 0.0) & (p > 0.0):
+        inv_t = 1.0 / temp
+        shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
+        total = tl.sum(tl.exp(shift) * mass, axis=0)
+        tiles_z += shift
+        top = tl.max(tiles_z, axis=0)
+        first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
+        every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
+        pick = tl.where(every, first, pick)
+        # a pass visits only the chunks of BV ids that hold an id above its bound (their
+        # tiles' maxima say which): those alone can change what it finds
+        chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
+        chunk = tl.arange(0, CHUNKS)
+        floor = tl.full([], float("-inf"), tl.float32)
+        done = every
+        r = tl.full([], 0, tl.int32)
+        while (r < MAX_ROUNDS) & (~done):
+            x = first
+            if r > 0:
+                top_z = tl.full([], float("-inf"), tl.float32)
+                c = tl.min(tl.where(chunk_max > floor, chunk, CHUNKS), axis=0)
+                while c < CHUNKS:  # one draw among the ids above the floor
                     v = c * BV + n
                     logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                    over = logit > lx
-                    above += tl.sum(over.to(tl.int32), axis=0)
-                    over_mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-                    c = tl.min(tl.where((chunk_max > lx) & (chunk > c), chunk, CHUNKS), axis=0)
-                done = ((k <= 0) | (above < k)) & (over_mass < p * total)
-                pick = tl.where(done, x, pick)
-                floor = tl.where(done, floor, lx)
-                r += 1
-        tl.store(next_ids + m, pick)
+                    u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
+                    z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
+                    chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                    x = tl.where(chunk_z > top_z, c * BV + at, x)
+                    top_z = tl.maximum(chunk_z, top_z)
+                    c = tl.min(tl.where((chunk_max > floor) & (chunk > c), chunk, CHUNKS), axis=0)
+            lx = tl.load(logits + m * V + x, cache_modifier=".cg")
+            above = tl.full([], 0, tl.int32)
+            over_mass = tl.full([], 0.0, tl.float32)
+            c = tl.min(tl.where(chunk_max > lx, chunk, CHUNKS), axis=0)
+            while c < CHUNKS:  # the ids more likely than x: how many, and their mass
+                v = c * BV + n
+                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                over = logit > lx
+                above += tl.sum(over.to(tl.int32), axis=0)
+                over_mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+                c = tl.min(tl.where((chunk_max > lx) & (chunk > c), chunk, CHUNKS), axis=0)
+            done = ((k <= 0) | (above < k)) & (over_mass < p * total)
+            pick = tl.where(done, x, pick)
+            floor = tl.where(done, floor, lx)
+            r += 1
+    return pick

@@ -61,9 +61,10 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
                     Region("next_ids", "io", "i32", (s.m,), "sample" if s.sampled else "argmax", ())]
-        if s.tokens > 1:
-            regions += [Region("accepted", "io", "i32", (s.m // s.tokens,), "argmax", ()),
-                        Region("emitted", "io", "i32", (s.m // s.tokens, s.tokens), "argmax", ())]
+        if s.tokens > 1:  # the verdict, in the op that decides the ids
+            decides = "sample" if s.sampled else "argmax"
+            regions += [Region("accepted", "io", "i32", (s.m // s.tokens,), decides, ()),
+                        Region("emitted", "io", "i32", (s.m // s.tokens, s.tokens), decides, ())]
     return {r.name: r for r in regions}
 
 
@@ -110,30 +111,31 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
         io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
+    rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
+    verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
+                ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
+    verdict_regions = (r["accepted"], r["emitted"]) if verify else ()
+    verdict_bytes = rows * (s.tokens + 1) * 4 + s.m * 4 if verify else 0
     if s.sampled:
-        ops.append(Op("sample", "sample_op", None, s.m,
-                      "(token row): the id drawn from softmax(logits / temperature) within the row's top-k and "
-                      "top-p (greedy where temperature is 0)",
+        ops.append(Op("sample", "sample_op", None, rows,
+                      "(row): each token row's id drawn from softmax(logits / temperature) within the row's top-k "
+                      f"and top-p (greedy where temperature is 0){' and the verdict' if verify else ''}",
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
                        *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
-                       *sampling.items(), ("V", s.vocab), ("M", s.m), ("BN", s.block_n),
+                       *sampling.items(), *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n),
                        ("TILES_P", max(p["TILES_P"], SAMPLE_CHUNK // s.block_n)),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
-                      writes=(r["next_ids"],), reads=("tile_max", "tile_arg", *draw, "logits"),
+                      writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg", *draw, "logits"),
                       needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
-                      io_bytes=s.m * 4))
+                      io_bytes=s.m * 4 + verdict_bytes))
     elif s.greedy:
-        rows, verify = s.m // s.tokens, s.tokens > 1
-        verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
-                    ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
         ops.append(Op("argmax", "argmax_op", None, rows,
                       f"(row): reduce tile maxima to the greedy id{'s and the verdict' if verify else ''}",
                       (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]), ("next_ids", arg["next_ids"]),
                        *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
                        ("G", s.grid), ("TOKENS", s.tokens), ("T_P", next_pow2(s.tokens))),
-                      writes=(r["next_ids"],) + ((r["accepted"], r["emitted"]) if verify else ()),
-                      reads=("tile_max", "tile_arg"),
+                      writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg"),
                       needs=(Need("tile_max", "the row's tiles"), Need("tile_arg", "the row's tiles")),
-                      io_bytes=s.m * 4 + (rows * (s.tokens + 1) * 4 + s.m * 4 if verify else 0)))
+                      io_bytes=s.m * 4 + verdict_bytes))
     return tuple(ops)
