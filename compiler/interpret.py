@@ -35,7 +35,8 @@ def _fix_interpreter() -> None:
     """Make Triton 3.6.0's interpreter compute bf16 as the GPU does, and let it pass PDL.
 
     The interpreter stores bf16 as its uint16 bit pattern; its ``dot`` multiplies those bit
-    patterns as integers, and its fp32 → bf16 cast truncates where the GPU rounds to nearest even.
+    patterns as integers, and its fp32 → bf16 cast truncates where the GPU rounds to nearest even;
+    its fp16 ``dot`` sums in fp16, where the GPU sums in fp32.
     Both are patched here, in the interpreter only; the compiled code is untouched. It runs no
     inline PTX either: the ``griddepcontrol`` instructions of programmatic dependent launch become
     no-ops (its launches run one after another).
@@ -48,12 +49,15 @@ def _fix_interpreter() -> None:
         return
     plain_dot, plain_cast = builder.create_dot, builder.cast_impl
 
+    def widen(x):  # a 16-bit operand as fp32: the GPU's products of two are exact, its sums fp32
+        if x.dtype.scalar == tl.bfloat16:
+            return interpreter.TensorHandle(_widen_bf16(x.data), tl.float32)
+        if x.dtype.scalar == tl.float16:
+            return interpreter.TensorHandle(x.data.astype(np.float32), tl.float32)
+        return x
+
     def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        if a.dtype.scalar == tl.bfloat16:
-            a = interpreter.TensorHandle(_widen_bf16(a.data), tl.float32)
-        if b.dtype.scalar == tl.bfloat16:
-            b = interpreter.TensorHandle(_widen_bf16(b.data), tl.float32)
-        return plain_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        return plain_dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
     def cast_impl(self, src, dst_type):
         if src.dtype.scalar == tl.float32 and dst_type.scalar == tl.bfloat16:

@@ -21,7 +21,7 @@ from .inputs import package_name, read_text, show
 from .quant import restated_quant
 from .targets import TARGETS, Target
 
-DTYPES = ("bf16", "fp32")
+DTYPES = ("bf16", "fp16", "fp32")
 HEADS = ("logits", "ids", "sample")
 MODES = ("persistent", "staged")
 MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 #: Bytes of each dtype a region, tensor or argument may have. ``fp8e4nv`` is OCP FP8 E4M3 (torch's
 #: ``float8_e4m3fn``), under the name Triton's signatures give it.
-DTYPE_BYTES = {"fp8e4nv": 1, "bf16": 2, "fp32": 4, "i32": 4, "i64": 8}
+DTYPE_BYTES = {"fp8e4nv": 1, "bf16": 2, "fp16": 2, "fp32": 4, "i32": 4, "i64": 8}
 
 #: Where the runtime finds a kernel argument (``Arg.role``):
 ROLES = (

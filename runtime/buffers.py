@@ -20,8 +20,8 @@ from ..schema import Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
 
-TORCH_DTYPES = {"fp8e4nv": torch.float8_e4m3fn, "bf16": torch.bfloat16, "fp32": torch.float32, "i32": torch.int32,
-                "i64": torch.int64}
+TORCH_DTYPES = {"fp8e4nv": torch.float8_e4m3fn, "bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
+                "i32": torch.int32, "i64": torch.int64}
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.runtime.buffers import Sampling, StepInputs
 from monobuild.runtime.weights import pack_hf_state_dict
 
-DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -286,7 +286,7 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
     from monobuild.bench.checkpoints import random_hf_state_dict
     from monobuild.cli.main import main
     from monobuild.footprint import band_footprint, footprint
-    from monobuild.runtime.buffers import band_buffers, input_copies
+    from monobuild.runtime.buffers import TORCH_DTYPES, band_buffers, input_copies
     from monobuild.runtime.rope import rope_table
     from monobuild.runtime.weights import pack_hf_state_dict
 
@@ -310,7 +310,7 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
             allocated = buffers.nbytes + sum(t.numel() * t.element_size() for t in tensors)
             assert band_footprint(manifest, step).total == allocated
             assert ("accepted" in buffers.verdict) == (step.band.tokens > 1)
-    dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[d.dtypes.weights]
+    dtype = TORCH_DTYPES[d.dtypes.weights]
     sd = random_hf_state_dict(g, dtype, torch.Generator().manual_seed(0), d.quant)
     packed = pack_hf_state_dict(sd, g, dtype, quant=d.quant)
     engine = {t.data_ptr() for t in sd.values()}

@@ -80,9 +80,11 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 2, 1, [60, 200], "sample_persistent"),
     # …and in a verify band: each token row's draw, the verdict over the drawn ids
     ("tiny-llama.json", "fp32", 2, 3, [90, 41], "sample"),
+    # an fp16 checkpoint's package: weights, activations and KV cache in fp16
+    ("tiny-qwen3.json", "fp16", 2, 1, [70, 33]),
 ]
-BOUND = {"fp32": 1e-4, "bf16": 1e-2}
-KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7}  # one rounding of the new K/V, relative to the cache's max
+BOUND = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2 / 8}  # fp16: bf16's, less its 3 more mantissa bits
+KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7, "fp16": 2**-10}  # one rounding of the new K/V, relative to the cache's max
 
 
 @pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,variant", [c if len(c) == 6 else (*c, "") for c in CASES],

@@ -1,7 +1,8 @@
 """Correctness on a GPU against transformers: a package's decode steps vs the HF model, step by step.
 
 For each model: a random-weight transformers model built from the recipe's config.json (nothing
-downloaded) in bf16, and the same weights in float32 as the reference. For an FP8 package the
+downloaded) in the package's 16-bit dtype (bf16, or fp16 for an fp16 package; named bf16 below), and
+the same weights in float32 as the reference. For an FP8 package the
 random weights are an FP8 checkpoint's (E4M3 and block scales): the package binds them as they
 are, both transformers models get them dequantized. Each row's prompt is
 prefilled by both; the bf16 model's cache is copied into the paged KV cache; then every step
@@ -41,11 +42,12 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
     pkg = runtime.load(package_dir)
     sd = random_state_dict(pkg, seed)
     config_json = configs / f"{pkg.manifest.recipe.rsplit('-', 1)[0]}.json"
-    bf16 = hf_model(config_json, sd, torch.bfloat16, pkg.device, pkg.quant)
+    framework = torch.float16 if pkg.dtype == torch.float16 else torch.bfloat16  # an FP8 package's is bf16
+    bf16 = hf_model(config_json, sd, framework, pkg.device, pkg.quant)
     ref = hf_model(config_json, sd, torch.float32, pkg.device, pkg.quant)
     bound = sd if pkg.quant else bf16.state_dict()  # an FP8 package binds the checkpoint's own tensors
     bs, vocab = pkg.block_size, pkg.geometry.vocab
-    result = {"package": str(package_dir), "modes": list(pkg.modes), "runs": []}
+    result = {"package": str(package_dir), "modes": list(pkg.modes), "framework_dtype": str(framework), "runs": []}
     gen = torch.Generator().manual_seed(seed)
     for rows in rows_list:
         t0 = time.time()
@@ -95,7 +97,7 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
         run = summarize(rows, lengths, per_step, pkg.modes)
         run["seconds"] = round(time.time() - t0, 1)
         result["runs"].append(run)
-        print_run(pkg.manifest.recipe, run)
+        print_run(pkg.manifest.recipe, run, "fp16" if framework == torch.float16 else "bf16")
         del steps_by_mode, kv_by_mode, bf_cache, ref_cache
         torch.cuda.empty_cache()
     return result
@@ -117,10 +119,10 @@ def summarize(rows: int, lengths: list[int], per_step: list[dict], modes) -> dic
     return run
 
 
-def print_run(recipe: str, run: dict) -> None:
+def print_run(recipe: str, run: dict, framework: str) -> None:
     for mode, m in run["modes"].items():
         print(f"{recipe:22} rows {run['rows']} ctx≤{run['max_context']:5} {mode:10} "
-              f"err max {m['rel_err_max']:.2e} (bf16 HF {run['bf16_rel_err_max']:.2e}) "
+              f"err max {m['rel_err_max']:.2e} ({framework} HF {run['bf16_rel_err_max']:.2e}) "
               f"ratio max {m['ratio_max']:.2f} median {m['ratio_median']:.2f} "
               f"ids {m['ids_decided'] - m['ids_wrong']}/{m['ids_decided']} decided equal  "
               f"{'PASS' if m['pass'] else 'FAIL'}  ({run['seconds']} s)", flush=True)
