@@ -86,3 +86,19 @@ def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torc
                 sd[p + name + ".weight"], sd[p + name + ".weight_scale_inv"] = \
                     quantize_fp8_blocks(sd[p + name + ".weight"], quant)
     return sd
+
+
+def fused_like_vllm(sd: dict, layers: int) -> dict:
+    """``sd`` with each layer's q/k/v and gate/up in one tensor each, as vLLM holds them
+    (``self_attn.qkv_proj``, ``mlp.gate_up_proj``: weights, biases and FP8 scales alike)."""
+    out = dict(sd)
+    fusions = (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+               ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")))
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        for suffix in ("weight", "bias", "weight_scale_inv"):
+            for fused, parts in fusions:
+                tensors = [out.pop(f"{p}{n}.{suffix}", None) for n in parts]
+                if tensors[0] is not None:
+                    out[f"{p}{fused}.{suffix}"] = torch.cat(tensors)
+    return out

@@ -175,16 +175,10 @@ def test_an_fp8_checkpoint_binds_with_its_scales_and_dequantizes(tmp_path):
 
 
 def test_an_fp8_checkpoint_with_fused_projections_binds_its_scales_as_views():
-    from tests.test_runtime import fuse_like_vllm
+    from monobuild.bench.checkpoints import fused_like_vllm
 
     g, quant, sd = _tiny_fp8_state_dict()
-    fused = fuse_like_vllm(sd, g)
-    for i in range(g.layers):
-        p = f"model.layers.{i}."
-        fused[p + "self_attn.qkv_proj.weight_scale_inv"] = torch.cat(
-            [fused.pop(f"{p}self_attn.{n}_proj.weight_scale_inv") for n in "qkv"])
-        fused[p + "mlp.gate_up_proj.weight_scale_inv"] = torch.cat(
-            [fused.pop(f"{p}mlp.{n}_proj.weight_scale_inv") for n in ("gate", "up")])
+    fused = fused_like_vllm(sd, g.layers)
     hf, vllm = (pack_hf_state_dict(d, g, torch.bfloat16, quant=quant) for d in (sd, fused))
     for i, (a, b) in enumerate(zip(hf.layers, vllm.layers)):
         scales = fused[f"model.layers.{i}.mlp.gate_up_proj.weight_scale_inv"]

@@ -12,7 +12,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from monobuild.bench.checkpoints import random_hf_state_dict
+from monobuild.bench.checkpoints import fused_like_vllm, random_hf_state_dict
 from monobuild.bench.roofline import step_bytes
 from monobuild.cli.main import main
 from monobuild.compiler.plan import plan_recipe
@@ -131,23 +131,9 @@ def test_every_weight_is_bound_in_place(geometry):
     assert packed.w_head.data_ptr() == sd["model.embed_tokens.weight"].data_ptr()  # tied
 
 
-def fuse_like_vllm(sd: dict, geometry) -> dict:
-    """``sd`` with each layer's q/k/v and gate/up (weights, biases) fused as vLLM holds them."""
-    fused = dict(sd)
-    for i in range(geometry.layers):
-        p = f"model.layers.{i}."
-        for suffix in ("weight", "bias"):
-            parts = [fused.pop(f"{p}self_attn.{n}_proj.{suffix}", None) for n in "qkv"]
-            if parts[0] is not None:
-                fused[f"{p}self_attn.qkv_proj.{suffix}"] = torch.cat(parts)
-        fused[f"{p}mlp.gate_up_proj.weight"] = torch.cat([fused.pop(f"{p}mlp.gate_proj.weight"),
-                                                          fused.pop(f"{p}mlp.up_proj.weight")])
-    return fused
-
-
 def test_vllm_fused_projections_are_bound_as_views_of_their_tensors(geometry):
     sd = _state_dict(geometry)
-    fused = fuse_like_vllm(sd, geometry)
+    fused = fused_like_vllm(sd, geometry.layers)
     hf, vllm = pack_hf_state_dict(sd, geometry, torch.bfloat16), pack_hf_state_dict(fused, geometry, torch.bfloat16)
     nq, nkv = geometry.q_heads * geometry.head_dim, geometry.kv_heads * geometry.head_dim
     row = geometry.hidden * 2  # bytes of a bf16 weight row
@@ -163,7 +149,7 @@ def test_vllm_fused_projections_are_bound_as_views_of_their_tensors(geometry):
 
 
 def test_a_misshaped_fused_projection_is_named(geometry):
-    fused = fuse_like_vllm(_state_dict(geometry), geometry)
+    fused = fused_like_vllm(_state_dict(geometry), geometry.layers)
     name = "model.layers.0.mlp.gate_up_proj.weight"
     fused[name] = fused[name][1:]
     with pytest.raises(WeightError, match=rf"{name}: expected \[{2 * geometry.intermediate}, {geometry.hidden}\]"):

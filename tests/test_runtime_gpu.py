@@ -133,11 +133,18 @@ def test_the_verify_bands_verdict_accepts_the_drafts_that_match(llama, mode, acc
     case = random_case(pkg, _contexts(1, 6, 21 + accept, dead=False), 6, NUM_BLOCKS, 21 + accept)
     i = case.inputs
     step = pkg.bind(weights, cache, mode)
+    _check_verdict(step, i, accept)
+
+
+def _check_verdict(step, i, accept: int, **sampling) -> None:
+    """Set a 1 × 6 verify step's drafts, one at a time with the step itself, to the ids it decides
+    for them (the same inputs decide the same ids), ``accept`` of them: its verdict must accept
+    exactly those and emit them and the id after them (the reference verdict over its own ids)."""
     tokens = i.tokens.clone()
     for j in range(accept):
-        ids = step(tokens, i.positions, i.block_tables, i.context_lens)
+        ids = step(tokens, i.positions, i.block_tables, i.context_lens, **sampling)
         tokens[j + 1] = ids[j]
-    ids = step(tokens, i.positions, i.block_tables, i.context_lens)
+    ids = step(tokens, i.positions, i.block_tables, i.context_lens, **sampling)
     if accept < 5:  # the draft after the accepted ones must not match by chance
         assert int(tokens[accept + 1]) != int(ids[accept])
     accepted, emitted = step.verdict
@@ -459,14 +466,4 @@ def test_a_sampled_verify_bands_verdict_accepts_the_drafts_it_draws(sampler, acc
     sampling = runtime.Sampling(torch.full((1,), float(top[0] - top[19]) / 3, device=dev),
                                 torch.full((1,), 20, dtype=torch.int32, device=dev), torch.ones(1, device=dev),
                                 torch.tensor([11], device=dev))
-    tokens = i.tokens.clone()
-    for j in range(accept):
-        ids = step(tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling)
-        tokens[j + 1] = ids[j]
-    ids = step(tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling)
-    if accept < 5:  # the draft after the accepted ones must not match by chance
-        assert int(tokens[accept + 1]) != int(ids[accept])
-    accepted, emitted = step.verdict
-    want_accepted, want_emitted = greedy_verdict(ids, tokens, 6)
-    assert accepted.tolist() == want_accepted == [accept]
-    assert emitted.tolist() == want_emitted
+    _check_verdict(step, i, accept, sampling=sampling)

@@ -16,24 +16,10 @@ from pathlib import Path
 
 import torch
 
-from monobuild.bench.checkpoints import random_hf_state_dict
+from monobuild.bench.checkpoints import fused_like_vllm, random_hf_state_dict
 from monobuild.footprint import footprint
 from monobuild.runtime import load
 from monobuild.runtime.weights import PROJECTIONS
-
-
-def fused_like_vllm(sd: dict, layers: int) -> dict:
-    """``sd`` with each layer's q/k/v and gate/up (weights, biases, FP8 scales) in one tensor each."""
-    out = dict(sd)
-    for i in range(layers):
-        p = f"model.layers.{i}."
-        for suffix in ("weight", "bias", "weight_scale_inv"):
-            for fused, parts in (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
-                                 ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj"))):
-                tensors = [out.pop(f"{p}{n}.{suffix}", None) for n in parts]
-                if tensors[0] is not None:
-                    out[f"{p}{fused}.{suffix}"] = torch.cat(tensors)
-    return out
 
 
 def measure(package: Path, layout: str) -> str:

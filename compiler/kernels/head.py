@@ -1,9 +1,12 @@
-"""The ops around the layers: the token embedding, the LM head's logits and the greedy argmax.
+"""The ops around the layers: the token embedding, the LM head's logits, the greedy argmax and
+the sampler.
 
 ``logits_op`` is the GEMV op over the vocabulary (x̂ · W_headᵀ in tiles of BN rows, fp32
-logits) and, for a greedy head, each tile's max and first argmax per row; ``argmax_op`` (a task
-per row) reduces the tiles' partials to the next ids, ties to the lowest id as ``torch.argmax``
-does, and for a speculative verify band returns the row's greedy verdict.
+logits) and, for a greedy or sampling head, each tile's max and first argmax per row
+(``tile_parts``), for a sampling head also each tile's part of the rows' first draw;
+``argmax_op`` (a task per row) reduces the tiles' partials to the next ids, ties to the lowest
+id as ``torch.argmax`` does, and ``sample_op`` (a task per row) draws them; in a speculative
+verify band either returns the row's verdict over its ids.
 """
 
 import triton
