@@ -75,6 +75,8 @@ CASES = [
     ("tiny-qwen3-fp8.json", "bf16", 2, 1, [70, 9], "register_pipeline"),
     ("tiny-llama-fp8.json", "bf16", 1, 6, [130], "split_k"),
     ("tiny-llama-fp8.json", "bf16", 2, 1, [33, 120], "persistent"),
+    # 128-row scale blocks: k and v (64 rows each) end in a partial block of their own
+    ("tiny-llama-fp8-128.json", "bf16", 2, 1, [50, 77]),
     # a sampling head: rows greedy, by temperature, within top-k, top-p or both; staged and persistent
     ("tiny-llama.json", "fp32", 4, 1, [77, 30, 130, 20], "sample"),
     ("tiny-qwen3.json", "bf16", 2, 1, [60, 200], "sample_persistent"),
