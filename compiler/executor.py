@@ -141,6 +141,19 @@ def kv_tile_tokens(unit: Ring, head_dim: int, block_size: int) -> int:
     return unit.unit_bytes // (2 * 2 * head_dim) // block_size * block_size
 
 
+def gated_halves(n: int, rows: int, grid: int) -> bool:
+    """Whether a gated GEMV of ``n`` output rows streams units of half gate, half up rows (tiles of
+    rows / 2) instead of a gate and an up unit a chunk (tiles of ``rows``): where that lowers the
+    most output rows a CTA of the ``grid`` streams, which the op's slowest CTA, and so the next
+    op's wait, follows. Measured on the H200 (docs/PERFORMANCE.md, 2026-12-04): Qwen3-8B's 192
+    tiles on 132 CTAs (128 rows at most) as 384 halves (96) took its FP8 step 3.09 → 2.97 ms;
+    Llama-3.2-1B's 128 tiles (64 rows either way) measured 1% slower at 8 rows as halves."""
+    def most(tile: int) -> int:
+        tiles = -(-n // tile)
+        return -(-tiles // grid) * tile
+    return most(rows // 2) < most(rows)
+
+
 #: A GEMV's parameters for the tensors its weight is held as (``ops/dense.Projection``).
 WEIGHT_SLOTS = ("w_ptr", "w2_ptr", "w3_ptr")
 
@@ -150,19 +163,27 @@ def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
     the runtime builds each descriptor over the bound tensor): each GEMV's weight in units of the
     ring's [rows, cols], its K chunk the unit's columns; attention's K and V caches in pages of
     one KV head ([block_size, head_dim] boxes of the caches seen as [blocks · block_size,
-    kv_heads · head_dim]), its tiles as many tokens as a unit holds."""
+    kv_heads · head_dim]), its tiles as many tokens as a unit holds. A gated GEMV whose units are
+    halves (``gated_halves``) has boxes and tiles of half a unit's rows."""
     out = []
     for op in ops:
         if op.body == GEMV_BODY:
             tensors = {k: op.binding(k) for k in WEIGHT_SLOTS if op.binding(k) is not None}
-            bounds = (op.binding("SEG1"), op.binding("SEG2")) if len(tensors) > 1 and not op.binding("GATED") else ()
+            gated = op.binding("GATED")
+            halves = gated and gated_halves(op.binding("N"), unit.rows, op.binding("G"))
+            bounds = (op.binding("SEG1"), op.binding("SEG2")) if len(tensors) > 1 and not gated else ()
             if any(b % unit.rows for b in bounds):
                 raise ValueError(f"op {op.name}: its tensors start at rows {bounds}, not at multiples of its "
                                  f"{unit.rows}-row units, so a unit would span two of them")
-            swap = {k: Arg(w.name, tensordesc_type(w.type.lstrip("*"), unit.rows, unit.cols), w.role)
+            box_rows = unit.rows // 2 if halves else unit.rows
+            swap = {k: Arg(w.name, tensordesc_type(w.type.lstrip("*"), box_rows, unit.cols), w.role)
                     for k, w in tensors.items()}
             swap["BK"] = unit.cols
-            op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings))
+            op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings) + (("HALVES", halves),))
+            if halves:
+                n, split = op.binding("N"), op.binding("SPLIT")
+                tasks = -(-n // box_rows) * split
+                op = replace(op, tasks=tasks, task=op.task.replace(f"tiles of {op.binding('BN')}", f"tiles of {box_rows}"))
         elif op.body == ATTENTION_BODY:
             d, bs = op.binding("D"), op.binding("BS")
             tiles = tuple((f"{c[0]}_tiles", Arg(f"{c[0]}_tiles", tensordesc_type(op.binding(c).type.lstrip("*"), bs, d),

@@ -323,7 +323,8 @@ class Planner:
         ops = executor.streamed(p.ops, rings)
         args = derive.abi(ops, declared, counters=bool(p.syncs), hang_log=bool(p.hang_slots),
                           stage_clock=_clocked(p.kind, d.stage_clock))
-        return replace(p, ops=ops, args=args, executor="gluon", ring=rings)
+        return replace(p, ops=ops, stages=derive.stages(ops, p.stages[0].index), args=args, executor="gluon",
+                       ring=rings)
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment

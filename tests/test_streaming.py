@@ -18,7 +18,15 @@ from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.contracts.plan_rules import param_index
 from monobuild.compiler.contracts.ptx import parse_ptx
 from monobuild.compiler.errors import InputError
-from monobuild.compiler.executor import register_cap, ring, shared_other, tensordesc_block, tensordesc_type, threads
+from monobuild.compiler.executor import (
+    gated_halves,
+    register_cap,
+    ring,
+    shared_other,
+    tensordesc_block,
+    tensordesc_type,
+    threads,
+)
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, read_schedule
@@ -31,6 +39,14 @@ from .conftest import rebuild_code
 LAYER = "layer.r1t1.persistent"
 #: the projection tensors a layer streams, each through a descriptor of its own (the engine's, read in place)
 WEIGHTS = ("w_q", "w_k", "w_v", "w_o", "w_gate", "w_up", "w_down")
+
+
+def unit_boxes(dtype: str, cols: int, halves: bool = False) -> dict[str, tuple[str, tuple[int, int]]]:
+    """Each projection's TMA box in a 64-row streaming program: a unit of its rows, or for gate
+    and up when the gated units are halves (half gate, half up rows) half a unit's."""
+    return {w: (dtype, (32 if halves and w in ("w_gate", "w_up") else 64, cols)) for w in WEIGHTS}
+
+
 STREAMING = {"streaming": 1, "block_k": 128, "max_split_qkv": 8, "weight_stages": 2, "ctas_per_sm": 1}
 
 
@@ -50,7 +66,7 @@ def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_reci
     assert layer.executor == "gluon" and layer.ring.slots > 2 and layer.ring.rows == 64 and layer.ring.cols == 128
     assert [s.name for s in layer.stages][:2] == ["norm_qkv", "qkv"]  # its RMSNorms are ops of their own
     descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
-    weights = {w: ("bf16", (64, 128)) for w in WEIGHTS}
+    weights = unit_boxes("bf16", 128)
     # the caches in pages of one KV head ([block_size, head_dim]); a tile is as many pages as a unit holds
     assert descs == {**weights, "k_tiles": ("bf16", (16, 32)), "v_tiles": ("bf16", (16, 32))}
     attn = next(op for op in layer.ops if op.name == "attn")
@@ -60,6 +76,29 @@ def test_a_streaming_entry_plans_the_persistent_layer_program_as_gluon(tiny_reci
     assert {p.executor for p in plan.programs if p.kind == "layer" and p.mode == "staged"} == {"triton"}
     assert plan.program("layer.r1t1.qkv").param("BN") == 64
     assert {p.executor for p in plan.programs if p.kind != "layer"} == {"triton"}
+
+
+def test_gated_units_are_halves_where_they_balance_the_op_over_the_ctas():
+    """Halves (tiles of 32 rows) where they lower the most rows a CTA streams: Qwen3-8B's 192
+    tiles of 64 on 132 CTAs (two a CTA at most) are 384 halves (three: 96 rows, not 128);
+    Llama-3.2-1B's 128 tiles stream 64 rows a CTA either way, and keep whole units."""
+    assert gated_halves(12288, 64, 132) and gated_halves(3072, 64, 132)  # Qwen3-8B, Qwen3-0.6B
+    assert not gated_halves(8192, 64, 132)  # Llama-3.2-1B
+    assert not gated_halves(512, 64, 4) and gated_halves(512, 64, 6)  # the tiny model: 8 tiles on 4 or 6 CTAs
+
+
+def test_halves_plan_boxes_and_tiles_of_half_a_unit(tiny_recipe, tmp_path):
+    table = read_schedule(streaming_table(tmp_path / "sm_90.yaml"))
+    for sm_count, halves in ((4, False), (6, True)):
+        layer = plan_recipe(load_recipe(tiny_recipe(sm_count=sm_count)), table).program(LAYER)
+        up = next(op for op in layer.ops if op.name == "up")
+        rows = 32 if halves else 64
+        assert up.binding("HALVES") is halves and {op.binding("HALVES") for op in layer.ops
+                                                   if op.body == "gemv_op" and op is not up} == {False}
+        assert {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)
+                and a.name.startswith("w_")} == unit_boxes("bf16", 128, halves)
+        assert up.tasks == 512 // rows and f"(tiles of {rows})" in up.task
+        assert next(s for s in layer.stages if s.name == "up").tasks == up.tasks
 
 
 def test_the_ring_takes_what_shared_memory_holds():
@@ -125,7 +164,7 @@ def test_fp8_weights_stream_as_e4m3_units_of_whole_scale_blocks(tmp_path):
     layer = plan.program(LAYER)
     assert layer.executor == "gluon" and (layer.ring.weight, layer.ring.cols) == ("fp8e4nv", 128)
     descs = {a.name: tensordesc_block(a.type) for a in layer.args if tensordesc_block(a.type)}
-    assert {w: descs[w] for w in WEIGHTS} == {w: ("fp8e4nv", (64, 128)) for w in WEIGHTS}
+    assert {w: descs[w] for w in WEIGHTS} == unit_boxes("fp8e4nv", 128)
     assert {a.name for a in layer.args} >= {w + "_scale" for w in WEIGHTS}
     for op in (op for op in layer.ops if op.body == "gemv_op"):
         assert op.binding("BK") == 128 and op.binding("QUANT") and op.binding("K") // op.binding("SPLIT") % 128 == 0
@@ -183,7 +222,7 @@ def test_the_package_names_its_executor_and_descriptors(package):
     layer = manifest.program(LAYER)
     assert layer.executor == "gluon" and layer.block == 256  # 4 compute warps and the loader's warpgroup
     maps = {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps}
-    assert maps == {**{w: ((64, 64), 3, 2) for w in WEIGHTS},
+    assert maps == {**{w: (box, 3, 2) for w, (_, box) in unit_boxes("bf16", 64).items()},
                     "k_tiles": ((16, 32), 2, 2), "v_tiles": ((16, 32), 2, 2)}
     index = param_index(layer)  # a descriptor is five kernel parameters: itself, its shape, its strides
     names = [a.name for a in layer.args]
@@ -193,6 +232,18 @@ def test_the_package_names_its_executor_and_descriptors(package):
 
 
 def test_the_streaming_package_keeps_every_contract(package):
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+def test_a_streaming_package_of_gated_halves_keeps_every_contract(tmp_path):
+    """At 6 SMs the tiny model's up op streams halves (tiles of 32): their boxes, and every contract."""
+    from .conftest import compile_tiny
+
+    package = compile_tiny(tmp_path, "--schedule", str(streaming_table(tmp_path / "sm_90.yaml")), "--sm-count", "6")[1]
+    layer = read_manifest(package).program(LAYER)
+    assert {t.arg: t.box for t in layer.tensor_maps if t.arg.startswith("w_")} == \
+        {w: box for w, (_, box) in unit_boxes("bf16", 64, halves=True).items()}
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 
@@ -207,17 +258,20 @@ def test_a_streaming_package_whose_gemvs_norm_keeps_every_contract(tmp_path):
     assert report.ok, "\n".join(v.line() for v in report.violations)
 
 
-def test_a_streaming_fp8_package_keeps_every_contract(tmp_path):
+@pytest.mark.parametrize("sm_count,halves", [(4, False), (6, True)])
+def test_a_streaming_fp8_package_keeps_every_contract(tmp_path, sm_count, halves):
     """The tiny FP8 checkpoint's streaming programs: E4M3 descriptors (1-byte elements, 128-byte
-    rows, the 128 B swizzle) and every contract kept."""
+    rows, the 128 B swizzle) and every contract kept, with whole gated units and with halves
+    (each half its own scales)."""
     from .conftest import compile_tiny
 
     table = streaming_table(tmp_path / "sm_90.yaml")
-    package = compile_tiny(tmp_path, "--schedule", str(table), config="tiny-llama-fp8.json")[1]
+    package = compile_tiny(tmp_path, "--schedule", str(table), "--sm-count", str(sm_count),
+                           config="tiny-llama-fp8.json")[1]
     layer = read_manifest(package).program(LAYER)
     assert layer.executor == "gluon"
     assert {t.arg: (t.box, t.swizzle, t.elem_bytes) for t in layer.tensor_maps if t.arg.startswith("w_")} == \
-        {w: ((64, 128), 3, 1) for w in WEIGHTS}
+        {w: (box, 3, 1) for w, (_, box) in unit_boxes("fp8e4nv", 128, halves).items()}
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 

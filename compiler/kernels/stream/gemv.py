@@ -1,9 +1,9 @@
 """The streaming GEMV: its weights stream through a shared-memory ring ahead of every wait.
 
-A CTA's GEMV tasks are the Triton executor's (``kernels/gemv.py``): task t of an op is (output
-tile t mod TILES, K split t div TILES), on CTA t mod G, and writes partial ``split`` of out
-([SPLIT, M, N]; split 0 adds the bias and the residual), or silu(gate)·up for a GATED op. What
-changes is where the weights come from.
+A CTA's GEMV tasks are the Triton executor's (``kernels/gemv.py``), but for HALVES tiles, half as
+tall (below): task t of an op is (output tile t mod TILES, K split t div TILES), on CTA
+t mod G, and writes partial ``split`` of out ([SPLIT, M, N]; split 0 adds the bias and the
+residual), or silu(gate)·up for a GATED op. What changes is where the weights come from.
 
 The loader warp (``load_weights``) walks the CTA's tasks of every GEMV of the layer, in program
 order, and copies each K chunk of each tile — a *unit*, [BN, BK] of the weight — into the next
@@ -12,7 +12,13 @@ no activation, so nothing but the ring's size holds the loader back: while the c
 wait on a sync edge, the next op's weights are already landing. The weight is the engine's own
 tensors, each with its own descriptor: SEGMENTS of them stacked by rows (q, k and v, the second
 from row SEG1 and the third from SEG2), a tile inside one of them (the planner's BN divides
-each), or, for a GATED tile, two units: its BN rows of ``w_gate`` and the same rows of ``w_up``.
+each), or, for a GATED tile, two units: its BN rows of ``w_gate`` and the same rows of ``w_up``;
+or, with HALVES, one unit of two halves: BN/2 rows of ``w_gate`` above the same rows of ``w_up``,
+so that a gated tile is BN/2 output rows. The planner takes halves where they balance the op
+over the CTAs (``executor.gated_halves``): Qwen3-8B's 12 288 intermediate rows are 192 tiles of
+64 on 132 CTAs (60 CTAs stream two while 72 idle, and down waits for the slowest), or 384 of 32
+(no CTA streams more than 96 rows). The product is the same [BN, BK] unit a chunk either way;
+with halves, silu(gate)·up pairs row r with row r + BN/2 in the epilogue.
 
 The compute warps (``stream_gemv``) walk the same units in the same order: unit i sits in slot
 i mod SLOTS, its copy complete when ``ready[slot]`` reaches phase (i div SLOTS) mod 2, and the
@@ -24,8 +30,9 @@ chunks ahead of the product, so a chunk's L2 round trip is paid once per op, not
 
 A block-scaled FP8 weight (QUANT) streams as E4M3 units whose BK columns are whole QBK-column
 scale blocks, and BN rows lie inside one QBN-row block: each (unit, scale block) has one fp32
-scale. The product is f16 × f16: sm_90 widens two E4M3 values to f16 in one instruction
-(``cvt.rn.f16x2.e4m3x2``; to bf16 it takes five), exactly, since f16 holds every E4M3 value.
+scale (a unit of halves: its gate and up halves one each). The product is f16 × f16: sm_90
+widens two E4M3 values to f16 in one instruction (``cvt.rn.f16x2.e4m3x2``; to bf16 it takes
+five), exactly, since f16 holds every E4M3 value.
 The activation chunk is widened once a CTA for all its units: after it lands, the threads write
 it as f16 times 2⁻⁸ into the activation ring's last slot (exact for |x| in [2⁻⁶, 2²⁴), and below
 2⁻⁶ off by at most 2⁻¹⁷, half the bf16 rounding that value already carries), and the 2⁸ goes
@@ -40,7 +47,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from .layouts import cols_layout, mma_rows, operand, rows_layout, vector_layout
+from .layouts import cols_layout, halves_layout, mma_rows, operand, rows_layout, vector_layout
 from .rowwise import norm_weights, normed_row
 
 
@@ -57,6 +64,21 @@ def _load_unit(i, ring, ready, empty, w_ptr, row, col):
 
 
 @gluon.jit
+def _load_halves(i, ring, ready, empty, w_ptr, w2_ptr, row, col):
+    """Unit i of a gated op: rows [row, row + BN/2) of ``w_ptr`` (gate) above the same rows of
+    ``w2_ptr`` (up), columns [col, col + BK), into slot i mod SLOTS once it is free."""
+    SLOTS: gl.constexpr = ring.shape[0]
+    TN: gl.constexpr = ring.shape[1] // 2
+    slot = i % SLOTS
+    mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
+    mbarrier.expect(ready.index(slot), 2 * w_ptr.block_type.nbytes)
+    unit = ring.index(slot)
+    tma.async_copy_global_to_shared(w_ptr, [row, col], ready.index(slot), unit.slice(0, TN, 0))
+    tma.async_copy_global_to_shared(w2_ptr, [row, col], ready.index(slot), unit.slice(TN, TN, 0))
+    return i + 1
+
+
+@gluon.jit
 def _load_task(i, ring, ready, empty, w_ptr, row, k0, BK: gl.constexpr, CHUNKS: gl.constexpr):
     """The units of one task of a weight held as one tensor: its rows [row, row + BN), K chunk by chunk."""
     for c in range(CHUNKS):
@@ -67,19 +89,23 @@ def _load_task(i, ring, ready, empty, w_ptr, row, k0, BK: gl.constexpr, CHUNKS: 
 @gluon.jit
 def load_weights(pid, i, ring, ready, empty, w_ptr, w2_ptr, w3_ptr, N: gl.constexpr, K: gl.constexpr,
                  BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, G: gl.constexpr, GATED: gl.constexpr,
-                 SEGMENTS: gl.constexpr, SEG1: gl.constexpr, SEG2: gl.constexpr):
+                 HALVES: gl.constexpr, SEGMENTS: gl.constexpr, SEG1: gl.constexpr, SEG2: gl.constexpr):
     """The loader's walk of one GEMV op: every unit of the CTA's tasks, in the order the compute
     warps use them. ``w_ptr``, ``w2_ptr``, ``w3_ptr`` are the TMA descriptors ([BN, BK] blocks) of
     the weight's tensors (module docstring); ``i`` is the CTA's place in its stream (units so
     far); returns the next. Each branch arms and fills its own units, so every mbarrier is armed
-    for exactly the one copy that completes on it."""
-    TILES: gl.constexpr = (N + BN - 1) // BN
+    for exactly the copies that complete on it."""
+    TN: gl.constexpr = BN // 2 if HALVES else BN
+    TILES: gl.constexpr = (N + TN - 1) // TN
     KS: gl.constexpr = K // SPLIT
     CHUNKS: gl.constexpr = (KS + BK - 1) // BK
     for task in range(pid, TILES * SPLIT, G):
-        row = (task % TILES) * BN
+        row = (task % TILES) * TN
         k0 = (task // TILES) * KS
-        if GATED:
+        if HALVES:
+            for c in range(CHUNKS):
+                i = _load_halves(i, ring, ready, empty, w_ptr, w2_ptr, row, k0 + c * BK)
+        elif GATED:
             for c in range(CHUNKS):
                 i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)
                 i = _load_unit(i, ring, ready, empty, w2_ptr, row, k0 + c * BK)
@@ -138,16 +164,16 @@ X_SCALE = gl.constexpr(2.0 ** -8)  # the FP8 product's f16 activations are x · 
 
 @gluon.jit
 def _unit_scales(it, total, pid, scale_ptr, scale2_ptr, scale3_ptr, K: gl.constexpr, KS: gl.constexpr,
-                 BN: gl.constexpr, BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr,
+                 TN: gl.constexpr, BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr,
                  QBN: gl.constexpr, QBK: gl.constexpr, SEGMENTS: gl.constexpr, SEG1: gl.constexpr,
                  SEG2: gl.constexpr, row_offset: gl.constexpr, layout: gl.constexpr):
     """The scales of iteration ``it``'s unit ([BK // QBK], one a scale block; 0 past K or past the
-    ``total`` iterations), times 2⁸ for the f16 activations' 2⁻⁸: its task's row block
-    (``row_offset`` stacked rows down, for the up half of a gated weight) in its own tensor's
-    scales (``scale_ptr`` … as the weight's tensors) and its chunk's column blocks."""
+    ``total`` iterations), times 2⁸ for the f16 activations' 2⁻⁸: its task's row block (tiles of
+    TN rows; ``row_offset`` stacked rows down, for the up half of a gated weight) in its own
+    tensor's scales (``scale_ptr`` … as the weight's tensors) and its chunk's column blocks."""
     task = pid + (it // CHUNKS) * G
     k0 = (task // TILES) * KS + (it % CHUNKS) * BK
-    base, row = _segment((task % TILES) * BN + row_offset, scale_ptr, scale2_ptr, scale3_ptr, SEGMENTS, SEG1, SEG2)
+    base, row = _segment((task % TILES) * TN + row_offset, scale_ptr, scale2_ptr, scale3_ptr, SEGMENTS, SEG1, SEG2)
     c = gl.arange(0, BK // QBK, layout=layout)
     k = k0 + c * QBK
     return gl.load(base + (row // QBN) * ((K + QBK - 1) // QBK) + k // QBK, mask=(k < K) & (it < total),
@@ -181,13 +207,15 @@ def _widen_x(chunk, wide, layout: gl.constexpr):
 
 
 @gluon.jit
-def _consume_scaled(i, ring, ready, empty, xslot, scales, acc, QBK: gl.constexpr, acc_layout: gl.constexpr,
-                    s_layout: gl.constexpr):
+def _consume_scaled(i, ring, ready, empty, xslot, scales, scales_up, acc, QBK: gl.constexpr, HALVES: gl.constexpr,
+                    acc_layout: gl.constexpr, s_layout: gl.constexpr):
     """acc += Σ over the unit's scale blocks of scale · (the block's E4M3 columns widened to f16
     · the f16 activation chunk ``xslot``'s matching columns), then hand the unit's slot back to
-    the loader."""
+    the loader. A unit of HALVES takes ``scales`` in its gate half and ``scales_up`` in its up half."""
     SLOTS: gl.constexpr = ring.shape[0]
+    BN: gl.constexpr = ring.shape[1]
     BK: gl.constexpr = ring.shape[2]
+    rows = gl.arange(0, BN, layout=gl.SliceLayout(1, acc_layout))
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
     unit = ring.index(slot)
@@ -196,33 +224,55 @@ def _consume_scaled(i, ring, ready, empty, xslot, scales, acc, QBK: gl.constexpr
         w = unit.slice(c * QBK, QBK, 1).load(operand(0, acc_layout, 4)).to(gl.float16)
         xb = x16.slice(c * QBK, QBK, 1).permute([1, 0]).load(operand(1, acc_layout, 4))
         part = mma_v2(w, xb, gl.zeros(acc.shape, gl.float32, acc_layout))
-        s = gl.sum(gl.where(gl.arange(0, BK // QBK, layout=s_layout) == c, scales, 0.0), 0)
-        acc += part * s
+        block = gl.arange(0, BK // QBK, layout=s_layout) == c
+        s = gl.sum(gl.where(block, scales, 0.0), 0)
+        if HALVES:
+            acc += part * gl.where(rows < BN // 2, s, gl.sum(gl.where(block, scales_up, 0.0), 0))[:, None]
+        else:
+            acc += part * s
     fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
     mbarrier.arrive(empty.index(slot))
     return i + 1, acc
 
 
 @gluon.jit
+def _gated_rows(acc, layout: gl.constexpr):
+    """silu(gate)·up of a gated tile's accumulator ([BN, NP]: BN/2 gate rows above the same rows
+    of up), [BN/2, NP] in ``layout``: the halves meet in one thread's registers (``halves``)."""
+    TN: gl.constexpr = acc.shape[0] // 2
+    NP: gl.constexpr = acc.shape[1]
+    halves: gl.constexpr = halves_layout(TN, NP, gl.num_warps())
+    x = gl.convert_layout(gl.reshape(acc, [2, TN, NP]), halves)
+    half = gl.arange(0, 2, layout=gl.SliceLayout(1, gl.SliceLayout(2, halves)))[:, None, None]
+    gate = gl.sum(gl.where(half == 0, x, 0.0), axis=0)
+    up = gl.sum(gl.where(half == 1, x, 0.0), axis=0)
+    return gl.convert_layout(gate / (1.0 + gl.exp(-gate)) * up, layout)
+
+
+@gluon.jit
 def _store_tile(acc, acc_up, task, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr, RES_PARTS: gl.constexpr,
-                N: gl.constexpr, M: gl.constexpr, TILES: gl.constexpr, BN: gl.constexpr, HAS_BIAS: gl.constexpr,
-                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, SEGMENTS: gl.constexpr, SEG1: gl.constexpr,
-                SEG2: gl.constexpr, layout: gl.constexpr):
+                N: gl.constexpr, M: gl.constexpr, TILES: gl.constexpr, TN: gl.constexpr, HAS_BIAS: gl.constexpr,
+                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, HALVES: gl.constexpr, SEGMENTS: gl.constexpr,
+                SEG1: gl.constexpr, SEG2: gl.constexpr, layout: gl.constexpr):
     """A task's epilogue: out[split, :M, tile] = accᵀ (+ bias, + residual on split 0), or
-    silu(gate)·up; accᵀ is [BN output rows, NP token rows]."""
+    silu(gate)·up (``acc_up`` the up rows' product, or with HALVES the lower half of ``acc``);
+    accᵀ is [BN weight rows, NP token rows], the tile TN output rows (BN, or BN/2 with HALVES)."""
     NP: gl.constexpr = acc.shape[1]
     tile = task % TILES
     split = task // TILES
-    n = tile * BN + gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
+    n = tile * TN + gl.arange(0, TN, layout=gl.SliceLayout(1, layout))
     m = gl.arange(0, NP, layout=gl.SliceLayout(0, layout))
     mask = (n[:, None] < N) & (m[None, :] < M)
-    out = gl.convert_layout(acc, layout)
-    if GATED:
-        gate = out
+    if HALVES:
+        out = _gated_rows(acc, layout)
+    elif GATED:
+        gate = gl.convert_layout(acc, layout)
         out = gate / (1.0 + gl.exp(-gate)) * gl.convert_layout(acc_up, layout)
+    else:
+        out = gl.convert_layout(acc, layout)
     if HAS_BIAS:
-        base, first = _segment(tile * BN, bias_ptr, b2_ptr, b3_ptr, SEGMENTS, SEG1, SEG2)  # the tile's tensor
-        out += gl.load(base + first + (n - tile * BN), mask=(n < N) & (split == 0), other=0.0).to(gl.float32)[:, None]
+        base, first = _segment(tile * TN, bias_ptr, b2_ptr, b3_ptr, SEGMENTS, SEG1, SEG2)  # the tile's tensor
+        out += gl.load(base + first + (n - tile * TN), mask=(n < N) & (split == 0), other=0.0).to(gl.float32)[:, None]
     if HAS_RESIDUAL:
         at = m[None, :] * N + n[:, None]
         for p in gl.static_range(RES_PARTS):
@@ -250,7 +300,8 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
                 bias_ptr, b2_ptr, b3_ptr, residual_ptr, RES_PARTS: gl.constexpr, N: gl.constexpr, K: gl.constexpr,
                 K_P: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr,
                 G: gl.constexpr, EPS: gl.constexpr, NORM: gl.constexpr, HAS_BIAS: gl.constexpr,
-                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, INTER: gl.constexpr, SEGMENTS: gl.constexpr,
+                HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, HALVES: gl.constexpr, INTER: gl.constexpr,
+                SEGMENTS: gl.constexpr,
                 SEG1: gl.constexpr, SEG2: gl.constexpr):
     """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
     in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
@@ -259,7 +310,8 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     WARPS: gl.constexpr = gl.num_warps()
     XD: gl.constexpr = xring.shape[0] - 1 if QUANT else xring.shape[0]  # QUANT: the last slot is the f16 chunk
     NP: gl.constexpr = xring.shape[1]
-    TILES: gl.constexpr = (N + BN - 1) // BN
+    TN: gl.constexpr = BN // 2 if HALVES else BN  # a tile's output rows
+    TILES: gl.constexpr = (N + TN - 1) // TN
     KS: gl.constexpr = K // SPLIT
     CHUNKS: gl.constexpr = (KS + BK - 1) // BK
     acc_layout: gl.constexpr = mma_rows(WARPS)
@@ -267,7 +319,7 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     b_layout: gl.constexpr = operand(1, acc_layout)
     s_layout: gl.constexpr = vector_layout(WARPS)
     x_layout: gl.constexpr = rows_layout(NP, BK, WARPS)
-    out_layout: gl.constexpr = cols_layout(BN, NP, WARPS, 4)
+    out_layout: gl.constexpr = cols_layout(TN, NP, WARPS, 4)
     xr = gl.arange(0, NP, layout=gl.SliceLayout(1, x_layout))
     xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_layout))
     total = gl.cdiv(gl.maximum(TILES * SPLIT - pid, 0), G) * CHUNKS
@@ -277,10 +329,11 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
     acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
     if QUANT:  # a unit's scales are loaded an iteration ahead: their L2 round trip hides under a unit's product
-        scales = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK, CHUNKS, TILES, G,
+        scales = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, TN, BK, CHUNKS, TILES, G,
                               QBN, QBK, SEGMENTS, SEG1, SEG2, 0, s_layout)
+        scales_up = scales
         if GATED:
-            scales_up = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK, CHUNKS,
+            scales_up = _unit_scales(0, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, TN, BK, CHUNKS,
                                      TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, INTER, s_layout)
     for it in range(total):
         async_copy.wait_group(XD - 2)  # this thread's copy of chunk `it` has landed ...
@@ -288,10 +341,11 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
         if QUANT:
             _widen_x(xring.index(it % XD), xring.index(XD), x_layout)
             gl.thread_barrier()
-            next_scales = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN, BK,
+            next_scales = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, TN, BK,
                                        CHUNKS, TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, 0, s_layout)
+            next_scales_up = next_scales
             if GATED:
-                next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, BN,
+                next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, TN,
                                               BK, CHUNKS, TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, INTER, s_layout)
         else:
             xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
@@ -300,20 +354,21 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
                 G)
         async_copy.commit_group()
         if QUANT:
-            i, acc = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales, acc, QBK, acc_layout,
-                                     s_layout)
-            if GATED:
-                i, acc_up = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales_up, acc_up, QBK,
-                                            acc_layout, s_layout)
-                scales_up = next_scales_up
+            i, acc = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales, scales_up, acc, QBK, HALVES,
+                                     acc_layout, s_layout)
+            if GATED and not HALVES:
+                i, acc_up = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales_up, scales_up, acc_up, QBK,
+                                            False, acc_layout, s_layout)
             scales = next_scales
+            scales_up = next_scales_up
         else:
             i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
-            if GATED:
+            if GATED and not HALVES:
                 i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
         if it % CHUNKS == CHUNKS - 1:
             _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr,
-                        RES_PARTS, N, M, TILES, BN, HAS_BIAS, HAS_RESIDUAL, GATED, SEGMENTS, SEG1, SEG2, out_layout)
+                        RES_PARTS, N, M, TILES, TN, HAS_BIAS, HAS_RESIDUAL, GATED, HALVES, SEGMENTS, SEG1, SEG2,
+                        out_layout)
             acc = gl.zeros([BN, NP], gl.float32, acc_layout)
             acc_up = gl.zeros([BN, NP], gl.float32, acc_layout)
     async_copy.wait_group(0)

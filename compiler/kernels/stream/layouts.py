@@ -28,6 +28,15 @@ def cols_layout(rows, cols, warps, vec=8):
 
 
 @gluon.constexpr_function
+def halves_layout(rows, cols, warps):
+    """A [2, rows, cols] tile whose two halves (dimension 0) sit in one thread's registers: a
+    gated tile's gate and up rows side by side, columns across a warp's lanes first, the warps
+    down the rows."""
+    lanes_c = min(32, cols)
+    return gl.BlockedLayout([2, 1, 1], [1, 32 // lanes_c, lanes_c], [1, warps, 1], [2, 1, 0])
+
+
+@gluon.constexpr_function
 def vector_layout(warps):
     """A 1-D vector: 4 consecutive elements a thread."""
     return gl.BlockedLayout([4], [32], [warps], [0])
