@@ -23,7 +23,8 @@ with halves, silu(gate)·up pairs row r with row r + BN/2 in the epilogue.
 The compute warps (``stream_gemv``) walk the same units in the same order: unit i sits in slot
 i mod SLOTS, its copy complete when ``ready[slot]`` reaches phase (i div SLOTS) mod 2, and the
 slot is handed back through ``empty[slot]`` once read. The product is the tensor cores' (mma,
-16 rows a warp): accᵀ[BN, NP] += W_unit · x_chunkᵀ, x's M rows padded to NP ≥ 8 columns. The
+16 rows a warp): accᵀ[BN, NP] += W_unit · x_chunkᵀ, x's M rows padded to NP ≥ 8 columns, each
+half of the unit's K its own chain of MMAs (added after), so that two run side by side. The
 activation chunks x[:, k0:k0 + BK] come from global memory (written by other CTAs, so loaded
 after the op's wait, through L2 only: ``cp.async.cg``) into a small ring of their own, XD − 1
 chunks ahead of the product, so a chunk's L2 round trip is paid once per op, not once per chunk.
@@ -135,12 +136,17 @@ def _copy_x(slot, x_ptr, j, total, pid, xr, xk, M: gl.constexpr, K: gl.constexpr
 
 
 @gluon.jit
-def _consume(i, ring, ready, empty, xb, acc, a_layout: gl.constexpr):
-    """acc += unit i · xb, then hand the unit's slot back to the loader."""
+def _consume(i, ring, ready, empty, xb_lo, xb_hi, acc, a_layout: gl.constexpr):
+    """acc += unit i · x chunkᵀ (``xb_lo`` its first BK/2 columns, ``xb_hi`` the rest), then hand
+    the unit's slot back to the loader. The halves are two products the tensor cores run side by
+    side: one chain of dependent MMAs over the whole unit waits out each one's latency in turn."""
     SLOTS: gl.constexpr = ring.shape[0]
+    HK: gl.constexpr = ring.shape[2] // 2
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
-    acc = mma_v2(ring.index(slot).load(a_layout), xb, acc)
+    unit = ring.index(slot)
+    hi = mma_v2(unit.slice(HK, HK, 1).load(a_layout), xb_hi, gl.zeros_like(acc))
+    acc = mma_v2(unit.slice(0, HK, 1).load(a_layout), xb_lo, acc) + hi
     fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
     mbarrier.arrive(empty.index(slot))
     return i + 1, acc
@@ -348,7 +354,8 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
                 next_scales_up = _unit_scales(it + 1, total, pid, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, K, KS, TN,
                                               BK, CHUNKS, TILES, G, QBN, QBK, SEGMENTS, SEG1, SEG2, INTER, s_layout)
         else:
-            xb = xring.index(it % XD).permute([1, 0]).load(b_layout)
+            xb_lo = xring.index(it % XD).slice(0, BK // 2, 1).permute([1, 0]).load(b_layout)
+            xb_hi = xring.index(it % XD).slice(BK // 2, BK // 2, 1).permute([1, 0]).load(b_layout)
         # the slot refilled now is iteration it - 1's, which every thread has read
         _copy_x(xring.index((it + XD - 1) % XD), x_ptr, it + XD - 1, total, pid, xr, xk, M, K, KS, BK, CHUNKS, TILES,
                 G)
@@ -362,9 +369,9 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
             scales = next_scales
             scales_up = next_scales_up
         else:
-            i, acc = _consume(i, ring, ready, empty, xb, acc, a_layout)
+            i, acc = _consume(i, ring, ready, empty, xb_lo, xb_hi, acc, a_layout)
             if GATED and not HALVES:
-                i, acc_up = _consume(i, ring, ready, empty, xb, acc_up, a_layout)
+                i, acc_up = _consume(i, ring, ready, empty, xb_lo, xb_hi, acc_up, a_layout)
         if it % CHUNKS == CHUNKS - 1:
             _store_tile(acc, acc_up, pid + (it // CHUNKS) * G, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr,
                         RES_PARTS, N, M, TILES, TN, HAS_BIAS, HAS_RESIDUAL, GATED, HALVES, SEGMENTS, SEG1, SEG2,
