@@ -237,7 +237,10 @@ def test_the_streaming_package_keeps_every_contract(package):
 
 
 def test_a_streaming_package_of_gated_halves_keeps_every_contract(tmp_path):
-    """At 6 SMs the tiny model's up op streams halves (tiles of 32): their boxes, and every contract."""
+    """At 6 SMs the tiny model's up op streams halves (tiles of 32): their boxes, and every
+    contract; with one half's copy deleted, its unit's barrier waits for bytes that never come (S2)."""
+    import shutil
+
     from .conftest import compile_tiny
 
     package = compile_tiny(tmp_path, "--schedule", str(streaming_table(tmp_path / "sm_90.yaml")), "--sm-count", "6")[1]
@@ -246,6 +249,12 @@ def test_a_streaming_package_of_gated_halves_keeps_every_contract(tmp_path):
         {w: box for w, (_, box) in unit_boxes("bf16", 64, halves=True).items()}
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
+
+    planted = tmp_path / "planted"
+    shutil.copytree(package, planted)
+    _drop_copy(planted, "w_up")
+    rebuild_code(planted, LAYER)
+    assert "S2" in {v.contract for v in check_package(planted).violations if v.program == LAYER}
 
 
 def test_a_streaming_package_whose_gemvs_norm_keeps_every_contract(tmp_path):
@@ -308,16 +317,21 @@ def stream_of_a_region(pkg):
     _replace(pkg, f"layer_kernel_param_{index['w_o']};", f"layer_kernel_param_{index['qkv']};")
 
 
-def kv_copy_dropped(pkg):
-    """One of a KV tile's page copies deleted: its unit's barrier waits for bytes that never come."""
+def _drop_copy(pkg, descriptor: str):
+    """The layer program's first TMA copy through ``descriptor``'s parameter deleted."""
     layer = read_manifest(pkg).program(LAYER)
     text = _ptx(pkg).read_text()
     ptx = parse_ptx(text)
-    v_tiles = param_index(layer)["v_tiles"]
-    copy = next(i for i in ptx.instrs if i.opcode.startswith("cp.async.bulk.tensor") and v_tiles in ptx.address_params(i))
+    param = param_index(layer)[descriptor]
+    copy = next(i for i in ptx.instrs if i.opcode.startswith("cp.async.bulk.tensor") and param in ptx.address_params(i))
     lines = text.split("\n")
     del lines[copy.line - 1]
     _ptx(pkg).write_text("\n".join(lines))
+
+
+def kv_copy_dropped(pkg):
+    """One of a KV tile's page copies deleted: its unit's barrier waits for bytes that never come."""
+    _drop_copy(pkg, "v_tiles")
 
 
 def kv_of_a_region(pkg):
