@@ -307,8 +307,7 @@ def stream_gemv(pid, i, ring, ready, empty, xring, x_ptr, X_PARTS: gl.constexpr,
                 K_P: gl.constexpr, M: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr,
                 G: gl.constexpr, EPS: gl.constexpr, NORM: gl.constexpr, HAS_BIAS: gl.constexpr,
                 HAS_RESIDUAL: gl.constexpr, GATED: gl.constexpr, HALVES: gl.constexpr, INTER: gl.constexpr,
-                SEGMENTS: gl.constexpr,
-                SEG1: gl.constexpr, SEG2: gl.constexpr):
+                SEGMENTS: gl.constexpr, SEG1: gl.constexpr, SEG2: gl.constexpr):
     """The compute warps' side of one GEMV op (see the module docstring); ``i`` is the CTA's place
     in the weight stream, returned advanced past the op's units. Runs after the op's wait."""
     if NORM or X_PARTS > 1:
