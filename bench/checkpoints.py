@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..runtime.weights import dequantize_blocks
+from ..runtime.weights import EXPERT_TENSORS, ROUTERS, dequantize_blocks
 from ..schema import Geometry, WeightQuant
 
 FP8_MAX = 448.0  # the largest finite E4M3 value
@@ -71,9 +71,16 @@ def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torc
             p + "self_attn.k_proj.weight": mat(g.kv_heads * d, h),
             p + "self_attn.v_proj.weight": mat(g.kv_heads * d, h),
             p + "self_attn.o_proj.weight": mat(h, g.q_heads * d),
-            p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
-            p + "mlp.down_proj.weight": mat(h, inter),
         }
+        if g.is_moe(i):  # transformers' layout: the router, the experts' fused gate|up and down
+            e = g.experts
+            # a trained router is confident: its logits spread over several units, not one
+            sd |= {p + "mlp.gate.weight": (4 * mat(e.count, h).float()).to(dtype),
+                   p + "mlp.experts.gate_up_proj": mat(e.count * 2 * e.intermediate, h).view(e.count, -1, h),
+                   p + "mlp.experts.down_proj": mat(e.count * h, e.intermediate).view(e.count, h, -1)}
+        else:
+            sd |= {p + "mlp.gate_proj.weight": mat(inter, h), p + "mlp.up_proj.weight": mat(inter, h),
+                   p + "mlp.down_proj.weight": mat(h, inter)}
         if g.qkv_bias:
             for name, n in (("q", g.q_heads * d), ("k", g.kv_heads * d), ("v", g.kv_heads * d)):
                 sd[p + f"self_attn.{name}_proj.bias"] = vec(n, 0.0, 0.5)
@@ -86,6 +93,25 @@ def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torc
                 sd[p + name + ".weight"], sd[p + name + ".weight_scale_inv"] = \
                     quantize_fp8_blocks(sd[p + name + ".weight"], quant)
     return sd
+
+
+def experts_apart(sd: dict, geometry: Geometry) -> dict:
+    """``sd`` with each routed layer's experts stored apart, as the published checkpoints store
+    them (``mlp.experts.N.gate_proj.weight``…; Mixtral's ``block_sparse_moe.experts.N.w1.weight``…
+    and ``block_sparse_moe.gate.weight``): what a safetensors directory holds."""
+    out = dict(sd)
+    inter = geometry.experts.intermediate
+    gate, up, down = EXPERT_TENSORS[geometry.family]
+    for i in geometry.moe_layers:
+        p = f"model.layers.{i}."
+        gate_up, down_all = out.pop(p + "mlp.experts.gate_up_proj"), out.pop(p + "mlp.experts.down_proj")
+        router = out.pop(p + ROUTERS[0])
+        out[p + (ROUTERS[1] if geometry.family == "mixtral" else ROUTERS[0])] = router
+        for j in range(geometry.experts.count):
+            out[p + gate.format(j=j)] = gate_up[j, :inter].clone()
+            out[p + up.format(j=j)] = gate_up[j, inter:].clone()
+            out[p + down.format(j=j)] = down_all[j].clone()
+    return out
 
 
 def fused_like_vllm(sd: dict, layers: int) -> dict:

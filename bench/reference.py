@@ -5,7 +5,7 @@ It computes in ``compute_dtype`` (float64 by default) from the same weights the 
 (an FP8 checkpoint's projections dequantized blockwise),
 and writes the step's K/V into its own paged caches in the cache dtype, as the programs do.
 Rows with context length 0 are padding: they write nothing to the KV cache and attend to
-nothing (their attention output is zero).
+nothing (their attention output is zero), and in a routed layer choose no expert.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import torch
 
 from ..runtime.rope import angles
 from ..runtime.weights import PackedWeights
-from ..schema import Geometry
+from ..schema import Experts, Geometry
 
 
 def _rms(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -28,10 +28,40 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * torch.cat([cos, cos], -1) + rotated * torch.cat([sin, sin], -1)
 
 
+def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, margins: list | None = None) -> torch.Tensor:
+    """A routed layer's MLP of the normed rows ``xh`` [m, hidden] in their dtype: each live row's
+    top-k experts by the router's logits (ties to the lower index, as ``torch.topk`` takes them),
+    weighted by the softmax over every expert taken there (renormalized over the chosen ones where
+    the model says). ``margins`` gains each live row's gap between its k-th and (k+1)-th logit:
+    below the programs' rounding, they may choose otherwise."""
+    cd = xh.dtype
+    logits = xh @ w.w_router.to(cd).T
+    probs = logits.softmax(-1)
+    order = torch.sort(logits, dim=-1, descending=True, stable=True).indices
+    out = torch.zeros_like(xh)
+    k, inter = experts.top_k, experts.intermediate
+    for t in range(xh.shape[0]):
+        if not live[t]:
+            continue
+        chosen = order[t, :k].tolist()
+        if margins is not None and k < experts.count:
+            margins.append(float(logits[t, order[t, k - 1]] - logits[t, order[t, k]]))
+        weight = probs[t, chosen]
+        if experts.normalize:
+            weight = weight / weight.sum()
+        for j, wj in zip(chosen, weight):
+            gate_up = w.w_experts_gate_up[j].to(cd) @ xh[t]
+            h = torch.nn.functional.silu(gate_up[:inter]) * gate_up[inter:]
+            out[t] += wj * (w.w_experts_down[j].to(cd) @ h)
+    return out
+
+
 def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v_caches: list, tokens: torch.Tensor,
                    positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
-                   tokens_per_row: int, compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
-    """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V."""
+                   tokens_per_row: int, compute_dtype: torch.dtype = torch.float64,
+                   margins: list | None = None) -> torch.Tensor:
+    """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V.
+    ``margins`` (a list) gains the routed layers' top-k margins (``routed_mlp``)."""
     g = geometry
     eps, d, nq, nkv = g.norm_eps, g.head_dim, g.q_heads, g.kv_heads
     group, m = nq // nkv, tokens.shape[0]
@@ -74,6 +104,10 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
                 scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
                 attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
         x1 = x + attn.reshape(m, nq * d) @ w.projection("o", cd).T
+        if g.is_moe(layer):
+            live = context_lens.repeat_interleave(tokens_per_row) > 0
+            x = x1 + routed_mlp(_rms(x1, w.mlp_norm, eps), w, g.experts, live, margins)
+            continue
         gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("gate_up", cd).T).chunk(2, dim=-1)
         x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("down", cd).T
     return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T

@@ -19,8 +19,8 @@ STAGE_CLOCK = Arg("stage_clock", "*i64", "debug")
 
 def stages(ops: tuple[Op, ...], first: int = 0) -> tuple[Stage, ...]:
     """One stage per op; ``first`` is the first op's place in its kind's op list."""
-    return tuple(Stage(first + i, op.name, op.tasks, op.task, op.weight_bytes, op.kv_bytes_per_token, op.io_bytes)
-                 for i, op in enumerate(ops))
+    return tuple(Stage(first + i, op.name, op.tasks, op.task, op.weight_bytes, op.kv_bytes_per_token, op.io_bytes,
+                       op.bytes_per_expert) for i, op in enumerate(ops))
 
 
 def regions(declared: dict[str, Region], ops: tuple[Op, ...]) -> tuple[Region, ...]:

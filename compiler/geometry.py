@@ -1,7 +1,9 @@
 """Model geometry read from the model's own Hugging Face ``config.json``.
 
 Only what changes the kernels is kept. Dense decoder families are served: Llama (including
-llama3 RoPE scaling), Mistral, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm). Both the
+llama3 RoPE scaling), Mistral, Qwen2 (q/k/v bias) and Qwen3 (per-head q/k RMSNorm); and the
+mixture-of-experts families whose layers are these plus routed experts: Qwen3-MoE and Mixtral
+(``_experts``). Both the
 ``rope_theta``/``rope_scaling`` keys of older configs and the ``rope_parameters`` block of
 newer ones are read; nothing is guessed from the model's name. A quantized checkpoint's
 ``quantization_config`` is read by ``compiler/quant.py`` (``load_config`` returns both).
@@ -13,7 +15,7 @@ import json
 import math
 from pathlib import Path
 
-from ..schema import Geometry, RopeScaling, WeightQuant
+from ..schema import Experts, Geometry, RopeScaling, WeightQuant
 from .errors import InputError
 from .inputs import read_text, show
 from .quant import quant_from_config
@@ -24,13 +26,28 @@ FAMILIES: dict[str, tuple[bool, bool]] = {
     "mistral": (False, False),
     "qwen2": (True, False),
     "qwen3": (False, True),
+    "qwen3_moe": (False, True),
+    "mixtral": (False, False),
 }
+#: The mixture-of-experts families and the config keys of their routed MLP:
+#: (experts, experts per token, an expert's intermediate rows, renormalize the chosen weights).
+#: Mixtral always renormalizes; Qwen3-MoE does where ``norm_topk_prob`` says (default false).
+MOE_FAMILIES: dict[str, tuple[str, str, str, str | bool]] = {
+    "qwen3_moe": ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob"),
+    "mixtral": ("num_local_experts", "num_experts_per_tok", "intermediate_size", True),
+}
+#: Keys of routed MLPs this compiler does not build, by what they would need.
+MOE_UNSERVED = {"n_shared_experts": "shared experts", "shared_expert_intermediate_size": "shared experts",
+                "n_routed_experts": "DeepSeek-style routing (grouped top-k, shared experts)"}
 ROPE_KINDS = ("default", "llama3")
+QWEN_WINDOWED = ("qwen2", "qwen3", "qwen3_moe")  # a window only with use_sliding_window, from max_window_layers on
 #: The largest value each size field may take: past these a model is not one the programs can
 #: build (their index arithmetic is 32-bit per tensor, below) or planning it would take unbounded
 #: time and memory (a step's launches grow with the layers, the RoPE table with the positions).
 LIMITS = {"hidden_size": 1 << 16, "num_hidden_layers": 1024, "num_attention_heads": 1024, "num_key_value_heads": 1024,
-          "head_dim": 512, "intermediate_size": 1 << 20, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24}
+          "head_dim": 512, "intermediate_size": 1 << 20, "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24,
+          "num_experts": 1 << 12, "num_local_experts": 1 << 12, "num_experts_per_tok": 64,
+          "moe_intermediate_size": 1 << 20, "decoder_sparse_step": 1024}
 MAX_TENSOR_ELEMS = 1 << 31  # a weight tensor's elements: the programs address a tensor with 32-bit offsets
 
 
@@ -107,7 +124,7 @@ def _sliding_window(cfg: dict, source: str, family: str) -> int:
     ``layer_types`` says it per layer where a config lists them. A window on some layers but not
     others is refused: the layer programs are one per band and mode, shared by every layer."""
     window = cfg.get("sliding_window")
-    if family == "llama" or family in ("qwen2", "qwen3") and not _field(cfg, source, "use_sliding_window", bool,
+    if family == "llama" or family in QWEN_WINDOWED and not _field(cfg, source, "use_sliding_window", bool,
                                                                         default=False, required=False):
         window = None  # Llama's config has no window; Qwen's is off unless use_sliding_window
     if window is None:
@@ -119,7 +136,7 @@ def _sliding_window(cfg: dict, source: str, family: str) -> int:
         windowed = [k == "sliding_attention" for k in kinds]
         if len(kinds) != layers or any(k not in ("sliding_attention", "full_attention") for k in kinds):
             raise InputError(source, "layer_types", f"expected {layers} of sliding_attention / full_attention")
-    elif family in ("qwen2", "qwen3"):
+    elif family in QWEN_WINDOWED:
         first = cfg.get("max_window_layers") or 0
         if not isinstance(first, int) or isinstance(first, bool) or first < 0:
             raise InputError(source, "max_window_layers", f"expected a layer index, got {show(first)}")
@@ -133,6 +150,44 @@ def _sliding_window(cfg: dict, source: str, family: str) -> int:
     field = "layer_types" if isinstance(cfg.get("layer_types"), list) else "max_window_layers"
     raise InputError(source, field, "a sliding window on some layers and full attention on others is not served "
                                     "(one layer program serves every layer)")
+
+
+def _experts(cfg: dict, source: str, family: str, layers: int, hidden: int) -> tuple[Experts | None, tuple[int, ...]]:
+    """A mixture-of-experts family's routed MLP and the layers that have it, as transformers builds
+    the model: Qwen3-MoE's layer i is routed unless it is in ``mlp_only_layers`` or (i + 1) is not a
+    multiple of ``decoder_sparse_step`` (its MLP is then dense, ``intermediate_size`` rows);
+    every Mixtral layer is routed."""
+    if family not in MOE_FAMILIES:
+        for key in ("num_experts", "num_local_experts", *MOE_UNSERVED):
+            if cfg.get(key):
+                raise InputError(source, key, f"mixture-of-experts layers are not served for model_type {family} "
+                                              f"(served: {', '.join(sorted(MOE_FAMILIES))})")
+        return None, ()
+    for key, what in MOE_UNSERVED.items():
+        if cfg.get(key):
+            raise InputError(source, key, f"{what} are not served yet")
+    count_key, top_key, inter_key, normalize_key = MOE_FAMILIES[family]
+    count = _field(cfg, source, count_key, int)
+    top_k = _field(cfg, source, top_key, int)
+    if top_k > count:
+        raise InputError(source, top_key, f"{top_k} experts per token, but the model has {count}")
+    inter = _field(cfg, source, inter_key, int)
+    if inter % 16:
+        raise InputError(source, inter_key, f"must be a multiple of 16, got {inter}")
+    if 2 * inter * hidden >= MAX_TENSOR_ELEMS:
+        raise InputError(source, inter_key, f"an expert's 2 × {inter} × {hidden} gate/up elements are past the 2³¹ "
+                                            "the programs address within an expert")
+    normalize = normalize_key if isinstance(normalize_key, bool) else bool(
+        _field(cfg, source, normalize_key, bool, default=False, required=False))
+    if family == "mixtral":
+        return Experts(count, top_k, inter, normalize), tuple(range(layers))
+    step = _field(cfg, source, "decoder_sparse_step", int, default=1, required=False)
+    dense = cfg.get("mlp_only_layers") or []
+    if not isinstance(dense, list) or any(not isinstance(i, int) or isinstance(i, bool) or not 0 <= i < layers
+                                          for i in dense):
+        raise InputError(source, "mlp_only_layers", f"expected a list of layer indexes below {layers}")
+    moe = tuple(i for i in range(layers) if i not in dense and (i + 1) % step == 0)
+    return (Experts(count, top_k, inter, normalize), moe) if moe else (None, ())
 
 
 def geometry_from_config(cfg: dict, source: str) -> Geometry:
@@ -152,9 +207,6 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     act = cfg.get("hidden_act", "silu")
     if act != "silu":
         raise InputError(source, "hidden_act", f"only silu is served, got {show(act)}")
-    for moe_key in ("num_experts", "num_local_experts", "n_routed_experts"):
-        if cfg.get(moe_key):
-            raise InputError(source, moe_key, "mixture-of-experts layers are not served yet")
 
     hidden = _field(cfg, source, "hidden_size", int)
     q_heads = _field(cfg, source, "num_attention_heads", int)
@@ -168,6 +220,8 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     for name, value in (("hidden_size", hidden), ("intermediate_size", intermediate)):
         if value % 64:
             raise InputError(source, name, f"must be a multiple of 64, got {value}")
+    layers = _field(cfg, source, "num_hidden_layers", int)
+    experts, moe_layers = _experts(cfg, source, family, layers, hidden)
     window = _sliding_window(cfg, source, family)
     theta, rope_kind, rope_scaling = _rope(cfg, source)
     max_positions = _field(cfg, source, "max_position_embeddings", int)
@@ -180,7 +234,7 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     geometry = Geometry(
         family=family,
         hidden=hidden,
-        layers=_field(cfg, source, "num_hidden_layers", int),
+        layers=layers,
         q_heads=q_heads,
         kv_heads=kv_heads,
         head_dim=head_dim,
@@ -195,6 +249,8 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
         qk_norm=qk_norm,
         max_positions=max_positions,
         sliding_window=window,
+        experts=experts,
+        moe_layers=moe_layers,
     )
     # an unserved quantization is refused here, whoever reads the config
     quant_from_config(cfg, source)

@@ -18,8 +18,9 @@ from . import derive, executor
 from .errors import InputError
 from .executor import Ring
 from .geometry import next_pow2
-from .ops.dense import LayerShape, layer_ops, layer_regions
+from .ops.dense import LayerShape, RoutedShape, layer_ops, layer_regions
 from .ops.head import HeadShape, embed_ops, head_ops, head_regions
+from .ops.moe import moe_layer_ops, moe_layer_regions
 from .ops.spec import Op
 from .recipe import Recipe
 from .schedule import Schedule, ScheduleEntry, load_schedule
@@ -82,23 +83,32 @@ class Plan:
                 return s
         raise KeyError((band, mode))
 
-    def step_bytes(self, band: Band, context: int) -> int:
-        """Bytes a step of this band must move at ``context`` tokens per row (the roofline's numerator)."""
-        total, attended = 0, self.recipe.geometry.attended(context)
+    def step_bytes(self, band: Band, context: int, selected: dict[int, int] | None = None) -> int:
+        """Bytes a step of this band must move at ``context`` tokens per row (the roofline's
+        numerator). A routed layer's experts count as many times as its rows chose distinct
+        experts, ``selected[layer]``, known after the step (``runtime``'s ``DecodeStep.routed``);
+        without it, the most they can choose."""
+        g = self.recipe.geometry
+        total, attended = 0, g.attended(context)
         for launch in self.step(band, self.recipe.deployment.modes[0]).launches:
             for stage in self.program(launch.program).stages:
                 total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * attended
+                if stage.bytes_per_expert:
+                    most = g.experts.selected(band.m)
+                    total += stage.bytes_per_expert * (most if selected is None else selected[launch.layer])
         return total
 
 
 @dataclass(frozen=True)
 class KSplits:
-    """How many K splits the qkv, o and down GEMVs use. down's is also the number of partials the
-    hidden state between layers is stored as, so the embedding and the head of the band agree on it."""
+    """How many K splits the qkv, o and down GEMVs use (a routed layer's router too; its experts'
+    down takes down's). down's is also the number of partials the hidden state between layers is
+    stored as, so the embedding, every layer program and the head of the band agree on it."""
 
     qkv: int
     o: int
     down: int
+    router: int = 1
 
 
 def _kv_substreams(entry: ScheduleEntry, kt: int) -> int:
@@ -146,13 +156,14 @@ class Planner:
         for band in self.recipe.deployment.bands:
             for mode in self.recipe.deployment.modes:
                 embed = self._embed(band)
-                layer = self._layer(band, mode)
+                dense, moe = self._layer(band, mode)
                 head = self._head(band, mode)
-                for p in (embed, *layer, *head):
+                for p in (embed, *dense, *moe, *head):
                     if p.name not in {q.name for q in programs}:
                         programs.append(p)
                 launches = [Launch(embed.name, None)]
                 for layer_index in range(self.recipe.geometry.layers):
+                    layer = moe if self.recipe.geometry.is_moe(layer_index) else dense
                     launches += [Launch(p.name, layer_index) for p in layer]
                 launches += [Launch(p.name, None) for p in head]
                 steps.append(Step(band, mode, tuple(launches)))
@@ -180,9 +191,16 @@ class Planner:
         grid, bn = d.sm_count * entry.ctas_per_sm, self._block_n(entry)
         bk = self._stream_block_k(entry) if self._streams(entry, "persistent") else self._block_k(entry)
         tiles = -(-g.hidden // bn)
-        return KSplits(split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv),
-                       split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k),
-                       split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
+        qkv = split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv)
+        o = split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k)
+        if g.experts is None:
+            return KSplits(qkv, o, split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
+        # a routed down's K: the chosen experts' columns, one row's top_k at the least
+        e = g.experts
+        down = split_k(tiles, e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
+        while len(g.moe_layers) < g.layers and g.intermediate % (down * bk):
+            down //= 2  # the dense layers' down leaves the same partials, in whole chunks of its K
+        return KSplits(qkv, o, down, split_k(-(-e.count // bn), g.hidden, bk, grid, entry.max_split_k))
 
     def _block_n(self, entry: ScheduleEntry) -> int:
         """A layer GEMV's output rows a task: the table's, or the streaming executor's tile."""
@@ -192,8 +210,8 @@ class Planner:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
         hold whole tiles, k and v whole tiles); the table must not ask for it where it cannot be."""
-        if not entry.streaming:
-            return False
+        if not entry.streaming or self.recipe.geometry.experts is not None:
+            return False  # the streaming executor has no routed ops yet: a routed model's layers run on Triton
         d = self.recipe.deployment
         if not d.target.is_nvidia:
             raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
@@ -264,7 +282,9 @@ class Planner:
         return self._program(f"embed.{band.name}", "embed", band, "staged", ops, 0, declared, grid, params, entry,
                              pdl=False)
 
-    def _layer(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
+    def _layer(self, band: Band, mode: str) -> tuple[tuple[ProgramPlan, ...], tuple[ProgramPlan, ...]]:
+        """The band's layer programs in ``mode``: the dense layers' and the routed layers' (each
+        empty where the model has no such layer)."""
         g, d = self.recipe.geometry, self.recipe.deployment
         entry = self._entry("layer", band)
         full_grid = d.sm_count * entry.ctas_per_sm
@@ -292,18 +312,36 @@ class Planner:
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
             "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
+        routed = None
+        if g.experts is not None:
+            e = g.experts
+            routed = RoutedShape(e.count, e.top_k, e.intermediate, e.normalize, e.selected(band.m), k_splits.router)
+            cx |= {"E_P": next_pow2(e.count), "SLOTS_P": next_pow2(routed.slots), "ROUTER_SPLIT": k_splits.router}
 
-        def shape(grid: int) -> LayerShape:
+        def shape(grid: int, routed_mlp: RoutedShape | None) -> LayerShape:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
                               band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
                               bn, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
-                              tuple(sorted(cx.items())), d.quant)
+                              tuple(sorted(cx.items())), d.quant, routed_mlp)
 
         # Region shapes (the per-CTA x̂ slices) are the full grid's in every mode.
-        declared = layer_regions(shape(full_grid))
-        programs = self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid)), declared, full_grid, cx, entry)
-        if not streams:
-            return programs
+        dense = moe = ()
+        if len(g.moe_layers) < g.layers:
+            declared = layer_regions(shape(full_grid, None))
+            dense = self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid, None)), declared, full_grid,
+                                cx, entry)
+            if streams:
+                dense = self._streamed(band, entry, cx, dense, declared)
+        if routed is not None:
+            declared = moe_layer_regions(shape(full_grid, routed))
+            moe = self._moded("layer", band, mode, lambda grid: moe_layer_ops(shape(grid, routed)), declared,
+                              full_grid, cx, entry, name="moe")
+        return dense, moe
+
+    def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
+                  declared: dict) -> tuple[ProgramPlan, ...]:
+        """The persistent dense layer programs as the streaming executor runs them."""
+        g, d = self.recipe.geometry, self.recipe.deployment
         other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim)
         rings = executor.ring(entry.stream_slots, entry.num_warps, self._stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
@@ -346,16 +384,19 @@ class Planner:
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)
 
-    def _moded(self, kind, band, mode, build_ops, declared, full_grid, cx, entry) -> tuple[ProgramPlan, ...]:
-        """One persistent program running every op, or one staged program per op."""
+    def _moded(self, kind, band, mode, build_ops, declared, full_grid, cx, entry, name: str | None = None
+               ) -> tuple[ProgramPlan, ...]:
+        """One persistent program running every op, or one staged program per op; named
+        ``name`` (default: the kind) and the band, then the mode or the op."""
         ops = build_ops(full_grid)
+        prefix = name or kind
         if mode == "persistent" and len(ops) > 1:
-            return (self._program(f"{kind}.{band.name}.persistent", kind, band, mode, ops, 0, declared, full_grid,
+            return (self._program(f"{prefix}.{band.name}.persistent", kind, band, mode, ops, 0, declared, full_grid,
                                   {**cx, "G": full_grid}, entry, pdl=self.recipe.deployment.target.is_nvidia),)
         out = []
         for index, op in enumerate(ops):
             grid = min(full_grid, op.tasks)
-            name = f"{kind}.{band.name}.{mode}" if mode == "persistent" else f"{kind}.{band.name}.{op.name}"
+            name = f"{prefix}.{band.name}.{mode}" if mode == "persistent" else f"{prefix}.{band.name}.{op.name}"
             out.append(self._program(name, kind, band, mode, (build_ops(grid)[index],), index, declared, grid,
                                      {**cx, "G": grid}, entry, pdl=False))
         return tuple(out)

@@ -208,3 +208,6 @@ def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
         raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
     if g.group * max(b.tokens for b in d.bands) > 64:
         raise Refusal(src, "GQA group × verify tokens exceeds 64 query rows per attention task")
+    if g.experts is not None and d.quant is not None:
+        raise Refusal(src, "an FP8 checkpoint of a mixture-of-experts model: the routed experts' GEMVs read bf16 or "
+                           "fp16 weights only so far (the dense projections' FP8 path does not cover them)")

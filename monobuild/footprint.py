@@ -17,6 +17,7 @@ from .schema import Band, Region, Step
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
 SAMPLING_BYTES = 4 + 4 + 4 + 8  # a sampling head's per-row settings: temperature, top-k, top-p, seed
 VERDICT = ("accepted", "emitted")  # a verify band's greedy verdict, io regions of the head
+ROUTED = "routed"  # a routed layer's record of the experts its rows chose, an io region of one per layer
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,13 @@ class StepLayout:
         """A verify band's verdict regions, each once."""
         return tuple({r.name: r for r in self.regions if r.kind == "io" and r.name in VERDICT}.values())
 
+    @property
+    def routed(self) -> tuple[int, ...]:
+        """A routed layer's record of the experts its rows chose ([1 + slots] i32: how many, then
+        which), one per decoder layer; () where no program routes."""
+        shapes = [tuple(r.shape) for r in self.regions if r.kind == "io" and r.name == ROUTED]
+        return max(shapes) if shapes else ()
+
     def act_shape(self, m: int, hidden: int) -> tuple[int, ...]:
         """The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says."""
         return next((tuple(r.shape) for r in self.regions if r.name == "x_in"), (1, m, hidden))
@@ -63,7 +71,7 @@ class BandFootprint:
     band: Band
     scratch: int  # the scratch regions (each the largest any of the band's programs declares)
     activations: int  # the two fp32 hidden-state buffers the launches ping-pong between
-    outputs: int  # logits, next ids, a verify band's verdict
+    outputs: int  # logits, next ids, a verify band's verdict, the routed layers' records
     control: int  # sync counters, a debug build's hang log, a profiling build's clocks
     inputs: int  # the band's own padded copies of the step inputs
 
@@ -100,7 +108,8 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
     return BandFootprint(
         band=step.band, scratch=sum(r.nbytes for r in layout.scratch.values()),
         activations=2 * _numel(layout.act_shape(m, g.hidden)) * 4,
-        outputs=m * g.vocab * 4 + m * 4 + sum(r.nbytes for r in layout.verdict),
+        outputs=m * g.vocab * 4 + m * 4 + sum(r.nbytes for r in layout.verdict)
+        + (g.layers * _numel(layout.routed) * 4 if layout.routed else 0),
         control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots) * 8,
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0))
 

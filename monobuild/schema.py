@@ -104,6 +104,9 @@ class Stage:
     weight_bytes: int  # weights it must read once
     kv_bytes_per_token: int  # KV cache it must read per token of context (all rows of the band)
     io_bytes: int  # other bytes that must move through HBM (KV appends, embeddings, logits)
+    # weights it reads once for each routed expert the step's rows select (the union over the
+    # band's rows): what a routed op moves depends on routing, known only on the device
+    bytes_per_expert: int = 0
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,27 @@ class RopeScaling:
 
 
 @dataclass(frozen=True)
+class Experts:
+    """A mixture-of-experts MLP (Qwen3-MoE, Mixtral): a router picks ``top_k`` of ``count``
+    experts per token row, each a gated MLP of ``intermediate`` rows, and the row's MLP output is
+    their outputs weighted by the router's softmax over all experts, taken at the chosen ones
+    (renormalized to sum to 1 where ``normalize``: Qwen3-MoE's ``norm_topk_prob``, always for
+    Mixtral). Shared experts, which every token runs (DeepSeek, Qwen2-MoE), are
+    ``shared_intermediate`` rows; 0: none."""
+
+    count: int
+    top_k: int
+    intermediate: int
+    normalize: bool
+    shared_intermediate: int = 0
+
+    def selected(self, rows: int) -> int:
+        """The most distinct experts ``rows`` token rows can select: the slots a step's routed
+        work is laid out over."""
+        return min(self.count, rows * self.top_k)
+
+
+@dataclass(frozen=True)
 class Geometry:
     family: str
     hidden: int
@@ -161,6 +185,11 @@ class Geometry:
     # sliding-window attention: a query at position p sees the keys at positions > p − window
     # (transformers' mask), in every layer; 0: full causal attention
     sliding_window: int = 0
+    experts: Experts | None = None  # a mixture-of-experts model's routed MLP (None: every layer dense)
+    moe_layers: tuple[int, ...] = ()  # the layers whose MLP is ``experts``; the others' is dense
+
+    def is_moe(self, layer: int) -> bool:
+        return layer in self.moe_layers
 
     def attended(self, context: int) -> int:
         """Cached positions a row of ``context`` tokens attends to: all, or the window's."""
@@ -176,7 +205,7 @@ class Geometry:
 
     @property
     def layer_weight_elems(self) -> int:
-        """Elements of one decoder layer's weights (norms included)."""
+        """Elements of one dense decoder layer's weights (norms included)."""
         h, d = self.hidden, self.head_dim
         elems = self.qkv_rows * h + h * self.q_heads * d + 3 * self.intermediate * h + 2 * h
         if self.qkv_bias:
@@ -188,6 +217,8 @@ class Geometry:
     def to_json(self) -> dict:
         out = dict(self.__dict__)
         out["rope_scaling"] = None if self.rope_scaling is None else dict(self.rope_scaling.__dict__)
+        out["experts"] = None if self.experts is None else dict(self.experts.__dict__)
+        out["moe_layers"] = list(self.moe_layers)
         return out
 
     @staticmethod
@@ -195,6 +226,10 @@ class Geometry:
         data = dict(data)
         if data.get("rope_scaling") is not None:
             data["rope_scaling"] = RopeScaling(**data["rope_scaling"])
+        if data.get("experts") is not None:
+            data["experts"] = Experts(**data["experts"])
+        if isinstance(data.get("moe_layers"), list):
+            data["moe_layers"] = tuple(data["moe_layers"])
         return Geometry(**data)
 
 

@@ -4,7 +4,8 @@
 program declares under that name), two fp32 hidden-state buffers the layers ping-pong between
 (each holding as many split-K partials as the layers write), the logits and next ids, one
 counter block per launch (as many counters as the band's programs use), a verify band's verdict
-(accepted counts and emitted ids) and the RoPE table (which bands may share). ``args`` resolves
+(accepted counts and emitted ids), a routed layer's record of the experts its rows chose (one per
+decoder layer: its staged launches share it) and the RoPE table (which bands may share). ``args`` resolves
 a program's ABI to tensors for one launch, so the step path itself allocates nothing.
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..footprint import HANG_RECORD, StepLayout, step_layout
+from ..footprint import HANG_RECORD, ROUTED, StepLayout, step_layout
 from ..schema import Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
@@ -73,6 +74,9 @@ class StepBuffers:
                     for _ in range(2)]
         self.logits = torch.full((m, geometry.vocab), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
+        # per decoder layer, the experts a routed layer's rows chose: how many, then which (-1 past them)
+        routed = (geometry.layers, *layout.routed) if layout.routed else (0, 0)
+        self.routed = torch.full(routed, -1, dtype=torch.int32, device=device)
         self.counters = torch.zeros(layout.launches, max(layout.counters, 1), dtype=torch.int64, device=device)
         self.hang_log = torch.zeros(1 + HANG_RECORD * layout.hang_slots, dtype=torch.int64, device=device)  # debug
         # profiling builds: per launch, per CTA, the SM id then (start, end) ns per stage
@@ -84,7 +88,7 @@ class StepBuffers:
     def nbytes(self) -> int:
         """Bytes of the buffers this step holds of its own (the RoPE table, which bands share, aside)."""
         tensors = [*self.scratch.values(), *self.act, self.logits, self.next_ids, self.counters, self.hang_log,
-                   self.stage_clock, *self.verdict.values()]
+                   self.stage_clock, *self.verdict.values(), self.routed]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
@@ -102,7 +106,7 @@ class StepBuffers:
         elif role == "scratch":
             found = self.scratch.get(name)
         elif role == "io":
-            found = self._io(name, layer, kind)
+            found = self.routed[layer] if name == ROUTED else self._io(name, layer, kind)
         elif role == "kv_cache":
             # k_tiles / v_tiles: the same caches, read by TMA in a streaming program
             found = {"k_cache": k_caches, "v_cache": v_caches, "k_tiles": k_caches, "v_tiles": v_caches}.get(name)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
+from ..footprint import ROUTED
 from ..schema import Step
 from .buffers import Sampling, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
@@ -75,6 +76,9 @@ class _BandStep:
         self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
         self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device, deployment.head == "sample")
         self.launches = []
+        # the layers whose launches record their rows' chosen experts (a routed layer's)
+        self.routed_layers = sorted({launch.layer for launch in spec.launches
+                                     if any(r.name == ROUTED for r in programs[launch.program].regions)})
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
             values = self.buffers.args(p.args, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
@@ -234,6 +238,17 @@ class DecodeStep:
                                  "of a package whose head is ids or sample")
         rows = m // band.band.tokens
         return band.buffers.verdict["accepted"][:rows], band.buffers.verdict["emitted"][:rows]
+
+    @property
+    def routed(self) -> dict[int, torch.Tensor]:
+        """The last step's routing, per routed decoder layer: an int32 [1 + slots] view on the
+        device, how many distinct experts the step's rows chose (the union over its rows; a
+        padding row chooses none), then which, in expert order (-1 past them). What an engine's
+        expert statistics read, and what the bench's roofline counts."""
+        if self._last is None:
+            raise RuntimeError("no step has run yet")
+        band, _ = self._last
+        return {layer: band.buffers.routed[layer] for layer in band.routed_layers}
 
     @property
     def logits(self) -> torch.Tensor:

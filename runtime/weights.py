@@ -40,9 +40,9 @@ class LayerWeights:
     k_norm: torch.Tensor | None
     w_o: torch.Tensor
     mlp_norm: torch.Tensor
-    w_gate: torch.Tensor
-    w_up: torch.Tensor
-    w_down: torch.Tensor
+    w_gate: torch.Tensor | None  # a dense layer's MLP (None in a routed layer)
+    w_up: torch.Tensor | None
+    w_down: torch.Tensor | None
     # an FP8 checkpoint's block scales of each projection tensor (None: the projections are unquantized)
     w_q_scale: torch.Tensor | None = None
     w_k_scale: torch.Tensor | None = None
@@ -52,6 +52,11 @@ class LayerWeights:
     w_up_scale: torch.Tensor | None = None
     w_down_scale: torch.Tensor | None = None
     quant: WeightQuant | None = None  # their blocks
+    # a routed layer's MLP: the router [experts, hidden], the experts' gate|up [experts, 2·inter,
+    # hidden] and down [experts, hidden, inter] (None in a dense layer)
+    w_router: torch.Tensor | None = None
+    w_experts_gate_up: torch.Tensor | None = None
+    w_experts_down: torch.Tensor | None = None
 
     def projection(self, name: str, dtype: torch.dtype) -> torch.Tensor:
         """Projection ``name`` (qkv, o, gate_up, down) stacked as the programs see it, in
@@ -131,6 +136,45 @@ def _projection(sd: Mapping, prefix: str, names: tuple[str, ...], fused: str | N
                     for n, r in zip(names, rows)]
 
 
+#: Where a routed layer's tensors are, under ``model.layers.N.``: the router, then the experts'
+#: fused tensors (transformers', vLLM's), then each expert's own (the published checkpoints'),
+#: by family: (gate, up, down) of expert ``{j}``.
+ROUTERS = ("mlp.gate.weight", "block_sparse_moe.gate.weight")
+FUSED_EXPERTS = (("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
+                 ("mlp.experts.w13_weight", "mlp.experts.w2_weight"))
+EXPERT_TENSORS = {"qwen3_moe": ("mlp.experts.{j}.gate_proj.weight", "mlp.experts.{j}.up_proj.weight",
+                                "mlp.experts.{j}.down_proj.weight"),
+                  "mixtral": ("block_sparse_moe.experts.{j}.w1.weight", "block_sparse_moe.experts.{j}.w3.weight",
+                              "block_sparse_moe.experts.{j}.w2.weight")}
+
+
+def _routed(sd: Mapping, prefix: str, g: Geometry, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
+    """A routed layer's router and experts (module docstring), checked; per-expert tensors stacked."""
+    e, h = g.experts, g.hidden
+    inter = e.intermediate
+    router = next((n for n in ROUTERS if prefix + n in sd), ROUTERS[0])
+    out = {"w_router": _take(sd, prefix + router, (e.count, h), dtype, device)}
+    gate_up_shape, down_shape = (e.count, 2 * inter, h), (e.count, h, inter)
+    for gate_up, down in FUSED_EXPERTS:
+        if prefix + gate_up in sd:
+            out["w_experts_gate_up"] = _take(sd, prefix + gate_up, gate_up_shape, dtype, device)
+            out["w_experts_down"] = _take(sd, prefix + down, down_shape, dtype, device)
+            return out
+    gate, up, down = EXPERT_TENSORS.get(g.family, EXPERT_TENSORS["qwen3_moe"])
+    if prefix + gate.format(j=0) not in sd:
+        raise WeightError(f"{prefix}{FUSED_EXPERTS[0][0]}: missing (expected {list(gate_up_shape)} {dtype}), and no "
+                          f"per-expert tensors ({prefix}{gate.format(j=0)}…) either")
+    where = device if device is not None else sd[prefix + gate.format(j=0)].device
+    stacked_gate_up = torch.empty(gate_up_shape, dtype=dtype, device=where)
+    stacked_down = torch.empty(down_shape, dtype=dtype, device=where)
+    for j in range(e.count):
+        stacked_gate_up[j, :inter] = _take(sd, prefix + gate.format(j=j), (inter, h), dtype, None)
+        stacked_gate_up[j, inter:] = _take(sd, prefix + up.format(j=j), (inter, h), dtype, None)
+        stacked_down[j] = _take(sd, prefix + down.format(j=j), (h, inter), dtype, None)
+    out["w_experts_gate_up"], out["w_experts_down"] = stacked_gate_up, stacked_down
+    return out
+
+
 def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, device=None,
                        quant: WeightQuant | None = None) -> PackedWeights:
     """Bind an HF-named state_dict (``model.layers.N.self_attn.q_proj.weight``…), or one with
@@ -152,8 +196,14 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
         (w_q, w_k, w_v), (s_q, s_k, s_v) = proj(("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"),
                                                 "self_attn.qkv_proj", (nq, nkv, nkv), h)
         (w_o,), (s_o,) = proj(("self_attn.o_proj",), None, (h,), nq)
-        (w_gate, w_up), (s_gate, s_up) = proj(("mlp.gate_proj", "mlp.up_proj"), "mlp.gate_up_proj", (inter, inter), h)
-        (w_down,), (s_down,) = proj(("mlp.down_proj",), None, (h,), inter)
+        routed = {}
+        if g.is_moe(i):
+            routed = _routed(sd, p, g, dtype, device)
+            w_gate = w_up = w_down = s_gate = s_up = s_down = None
+        else:
+            (w_gate, w_up), (s_gate, s_up) = proj(("mlp.gate_proj", "mlp.up_proj"), "mlp.gate_up_proj", (inter, inter),
+                                                  h)
+            (w_down,), (s_down,) = proj(("mlp.down_proj",), None, (h,), inter)
         b_q = b_k = b_v = None
         if g.qkv_bias:
             fused = p + "self_attn.qkv_proj.bias"
@@ -170,7 +220,7 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
             mlp_norm=take("post_attention_layernorm.weight", (h,)),
             w_gate=w_gate, w_up=w_up, w_down=w_down,
             w_q_scale=s_q, w_k_scale=s_k, w_v_scale=s_v, w_o_scale=s_o, w_gate_scale=s_gate, w_up_scale=s_up,
-            w_down_scale=s_down, quant=quant,
+            w_down_scale=s_down, quant=quant, **routed,
         ))
     embed = _take(sd, "model.embed_tokens.weight", (g.vocab, h), dtype, device)
     head = embed if g.tied_head else _take(sd, "lm_head.weight", (g.vocab, h), dtype, device)

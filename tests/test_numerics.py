@@ -84,8 +84,22 @@ CASES = [
     ("tiny-llama.json", "fp32", 2, 3, [90, 41], "sample"),
     # an fp16 checkpoint's package: weights, activations and KV cache in fp16
     ("tiny-qwen3.json", "fp16", 2, 1, [70, 33]),
+    # routed (mixture-of-experts) layers: Qwen3-MoE with a dense layer between two routed ones (two
+    # layer programs), a dead row, a verify band, K-split routers; Mixtral (top 2 of 8); staged and
+    # persistent
+    ("tiny-qwen3-moe.json", "fp32", 4, 1, [77, 0, 130, 9]),
+    ("tiny-qwen3-moe.json", "bf16", 8, 1, [37, 0, 130, 5, 16, 64, 200, 1]),
+    ("tiny-qwen3-moe.json", "bf16", 1, 6, [120]),
+    ("tiny-qwen3-moe.json", "fp32", 2, 1, [90, 17], "split_k"),
+    ("tiny-qwen3-moe.json", "fp32", 2, 1, [70, 0], "persistent"),
+    ("tiny-mixtral.json", "bf16", 2, 3, [40, 90]),
+    ("tiny-mixtral.json", "fp32", 2, 1, [50, 300], "persistent"),
+    # …whose router ties every expert: each live row chooses the lowest-indexed ones
+    ("tiny-qwen3-moe.json", "fp32", 2, 1, [60, 25], "router_tie"),
+    ("tiny-qwen3-moe.json", "bf16", 2, 1, [33, 0], "router_tie_persistent"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2 / 8}  # fp16: bf16's, less its 3 more mantissa bits
+TOP_K = {"tiny-qwen3-moe.json": 4, "tiny-mixtral.json": 2}  # experts a token row chooses
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7, "fp16": 2**-10}  # one rounding of the new K/V, relative to the cache's max
 
 
@@ -114,6 +128,13 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
         assert result["accepted"] == result["accepted_wanted"] or not same_ids, f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
+    for layer, record in result["routed"].items():  # a routed layer's record: how many experts, then which
+        n, chosen = record[0], record[1:]
+        assert 0 < n <= result["live_rows"] * TOP_K[config] and chosen[n:] == [-1] * (len(chosen) - n), record
+        assert chosen[:n] == sorted(set(chosen[:n])), f"layer {layer}: slots not in expert order: {record}"
+        if variant.startswith("router_tie"):  # every live row chose experts 0 … k − 1
+            assert chosen[:n] == list(range(TOP_K[config])), f"layer {layer}: {record}"
+    assert result["routing_decided"], f"{case}: no case drawn whose routing the programs' rounding decides: {result}"
     if variant in ("norm_stages", "cta_staging", "norm_rows", "logits_head"):  # staged: one launch a stage
         want = {"norm_stages": (8, 3), "logits_head": (8, 2)}.get(variant, (6, 2))  # the layer's and the head's
         assert (result["layer_launches"], result["head_launches"]) == want, f"{case}: {result}"
@@ -121,10 +142,8 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
     if variant.startswith("persistent"):
         assert result["repeat_err"] == 0.0, f"{case}: the second step differs ({result['repeat_err']})"
         # two steps, one CTA: each layer launch's edges signalled once a step (the embed has none)
-        edges = result["layer_syncs"]
-        layers = result["counters"][1:3]
-        assert [row[:edges] for row in layers] == [[2] * edges] * 2, result["counters"]
-        assert not any(any(row[edges:]) for row in layers), result["counters"]
+        for edges, row in zip(result["layer_syncs"], result["layer_counters"]):
+            assert row[:edges] == [2] * edges and not any(row[edges:]), result["layer_counters"]
     if variant in ("long_kv", "long_kv_sub"):
         short, long = result["kv_tiles"]
         pages = [-(-max(c - tokens, 0) // 16) for c in context_lens]  # 16-token blocks

@@ -31,6 +31,7 @@ from monobuild.compiler.kernels.attention import attention_op, attention_prefetc
 from monobuild.compiler.kernels.combine import combine_op
 from monobuild.compiler.kernels.gemv import gemv_op, gemv_prefetch
 from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, sample_op
+from monobuild.compiler.kernels.moe import experts_down_op, experts_up_op
 from monobuild.compiler.kernels.norm import norm_op
 from monobuild.compiler.kernels.sync import clock_end, clock_start, signal, step_epoch, wait
 """

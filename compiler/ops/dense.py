@@ -1,7 +1,8 @@
 """The dense decoder layer as an op list: [norm_qkv], qkv, attn, combine, o, [norm_up], up, down.
 
 ``layer_ops`` builds it from the layer's shape (``LayerShape``, which the planner fills from the
-geometry, band and schedule entry). The norms are ops of their own with the schedule's
+geometry, band and schedule entry): the attention half (``attention_ops``, which a routed layer
+shares, ``moe.py``), then the dense MLP. The norms are ops of their own with the schedule's
 ``norm_stages``; without, each CTA of qkv and up stages its own x̂ (docs/plan.md says when each
 pays).
 """
@@ -16,6 +17,19 @@ from .spec import Need, Op, WeightStream
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
                 "below that, and the step's own K/V come from qkv")
 CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its normed input), after a CTA barrier"
+
+
+@dataclass(frozen=True)
+class RoutedShape:
+    """A routed MLP as a band's layer program builds it: the model's experts (``schema.Experts``),
+    the most distinct ones the band's rows can select (its ``slots``), and the router GEMV's K split."""
+
+    count: int
+    top_k: int
+    inter: int
+    normalize: bool
+    slots: int
+    router_split: int
 
 
 @dataclass(frozen=True)
@@ -44,6 +58,7 @@ class LayerShape:
     kv_tiles: str  # how attention walks the cache, for the task's description
     params: tuple[tuple[str, object], ...]  # the device functions' constants (EPS, BN, BK, …)
     quant: WeightQuant | None = None  # the projections' block scaling (their dtype: dtypes.projection)
+    routed: RoutedShape | None = None  # a routed (mixture-of-experts) layer's MLP, ops/moe.py; None: dense
 
     @property
     def m(self) -> int:
@@ -144,11 +159,11 @@ def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: R
               weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first)
 
 
-def layer_regions(s: LayerShape) -> dict[str, Region]:
-    """Every region the layer's ops touch, by name (writers set; readers derived by the planner)."""
+def attention_regions(s: LayerShape) -> list[Region]:
+    """The regions of the layer's attention half (``attention_ops``), x_in to x1."""
     m, h, d = s.m, s.hidden, s.head_dim
-    qkv_in, up_in = ("norm_qkv", "norm_up") if s.norm_stages else ("qkv", "up")
-    regions = [
+    qkv_in = "norm_qkv" if s.norm_stages else "qkv"
+    return [
         Region("x_in", "io", "fp32", (s.down_split, m, h), None, ()),
         Region("qkv", "scratch", "fp32", (s.qkv_split, m, s.qkv_rows), "qkv", ()),
         Region("k_cache", "kv_cache", s.dtypes.kv, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
@@ -158,22 +173,37 @@ def layer_regions(s: LayerShape) -> dict[str, Region]:
         # attn_out, h and x̂ only feed a GEMV: stored in the activation dtype its product takes.
         Region("attn_out", "scratch", s.dtypes.activations, (m, s.q_heads * d), "combine", ()),
         Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()),
-        Region("h", "scratch", s.dtypes.activations, (m, s.intermediate), "up", ()),
         x_hat("x_hat_qkv", qkv_in, "qkv", s.dtypes.activations, m, h, s.grid, s.norm_stages),
-        x_hat("x_hat_up", up_in, "up", s.dtypes.activations, m, h, s.grid, s.norm_stages),
-        Region("x_out", "io", "fp32", (s.down_split, m, h), "down", ()),
     ]
+
+
+def x_out(s: LayerShape, writer: str) -> Region:
+    """The layer's output, the next launch's x_in: one partial per K split of its last GEMV."""
+    return Region("x_out", "io", "fp32", (s.down_split, s.m, s.hidden), writer, ())
+
+
+def layer_regions(s: LayerShape) -> dict[str, Region]:
+    """Every region the dense layer's ops touch, by name (writers set; readers derived by the planner)."""
+    up_in = "norm_up" if s.norm_stages else "up"
+    regions = [*attention_regions(s), Region("h", "scratch", s.dtypes.activations, (s.m, s.intermediate), "up", ()),
+               x_hat("x_hat_up", up_in, "up", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stages),
+               x_out(s, "down")]
     return {r.name: r for r in regions}
 
 
 def layer_ops(s: LayerShape) -> tuple[Op, ...]:
-    """The layer's ops in program order."""
-    p = dict(s.params)
+    """The dense layer's ops in program order."""
     r = layer_regions(s)
+    return attention_ops(s, r) + dense_mlp_ops(s, r)
+
+
+def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
+    """The layer's ops up to o (x1 = x_in + attention), which dense and routed layers share."""
+    p = dict(s.params)
     arg = {name: region_arg(region) for name, region in r.items()}
     w, h, d, m = s.dtypes.weights, s.hidden, s.head_dim, s.m
     wt = lambda name: tensor(name, w, "layer_weight")  # noqa: E731
-    attn_norm, mlp_norm = wt("attn_norm"), wt("mlp_norm")
+    attn_norm = wt("attn_norm")
     wb, kvb = s.w_bytes, s.kv_bytes
     ns = s.norm_stages
     ops = []
@@ -236,7 +266,17 @@ def layer_ops(s: LayerShape) -> tuple[Op, ...]:
         writes=(r["x1"],), reads=("attn_out", "x_in"),
         needs=(Need("attn_out", "the query heads in the task's K-slice"),),
         weights=w_o.streams))
+    return tuple(ops)
 
+
+def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
+    """The dense MLP: [norm_up], up (gate and up rows, silu(g)·u), down (+ x1)."""
+    arg = {name: region_arg(region) for name, region in r.items()}
+    h = s.hidden
+    mlp_norm = tensor("mlp_norm", s.dtypes.weights, "layer_weight")
+    wb, m = s.w_bytes, s.m
+    ns = s.norm_stages
+    ops = []
     if ns:
         ops.append(norm_op(s, "norm_up", r["x1"], s.o_split, mlp_norm, r["x_hat_up"], "up"))
     tasks, tiles = _tiles(s.intermediate, s.block_n, 1)

@@ -60,6 +60,7 @@ class Op:
     weights: tuple[WeightStream, ...] = ()
     kv_bytes_per_token: int = 0  # KV cache it must read per token of context (all rows of the band)
     io_bytes: int = 0  # other bytes that must move through HBM (KV appends, embeddings, logits)
+    bytes_per_expert: int = 0  # weights it reads for each routed expert a step's rows select (routed ops)
     after_previous_launch: bool = False  # reads what the previous launch wrote: the PDL wait goes before it
     releases_next_launch: bool = False  # the next launch may start (PDL) as this op starts
 
