@@ -4,9 +4,13 @@ bf16 weights and activations (what a PyTorch serving stack runs), the same weigh
 and gate/up fused once into copies of its own (as a PyTorch serving stack fuses them at load),
 and the same paged KV cache: K/V pages are gathered through the block tables, the step's new K/V are
 scattered into them, attention is SDPA over the gathered context with a length mask. An FP8
-checkpoint's projections are dequantized in the graph, blockwise, before each product. Shapes are
-fixed per (band, pages) so torch.compile sees static shapes and the result can be graph-captured.
-It is a timing baseline; the bench also reports how far its logits are from ours.
+checkpoint's projections are dequantized in the graph, blockwise, before each product. A routed
+layer's MLP routes each row (softmax, top-k, renormalized where the model says) and gathers its
+chosen experts' weights by index out of the fused expert tensors (as gpt-fast's Mixtral does: no
+host synchronisation, static shapes, so it captures in a graph; the gather moves the chosen
+experts' bytes twice). Shapes are fixed per (band, pages) so torch.compile sees static shapes and
+the result can be graph-captured. It is a timing baseline; the bench also reports how far its
+logits are from ours.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import torch.nn.functional as F
 
 from ..runtime.rope import rope_table
 from ..runtime.weights import PROJECTIONS, LayerWeights, PackedWeights, dequantize_blocks
-from ..schema import Geometry
+from ..schema import Experts, Geometry
 
 
 def _rms(x, w, eps):
@@ -48,13 +52,26 @@ class _Fused:
         return dequantize_blocks(self.values, self.scale, self.quant, dtype)
 
 
+def routed_mlp(x: torch.Tensor, lw: LayerWeights, e: Experts) -> torch.Tensor:
+    """A routed layer's MLP of the normed rows ``x`` [m, hidden], each row's chosen experts'
+    weights gathered from the fused tensors by index."""
+    probs = (x @ lw.w_router.T).float().softmax(-1)
+    weight, chosen = probs.topk(e.top_k, -1)
+    if e.normalize:
+        weight = weight / weight.sum(-1, keepdim=True)
+    gate, up = torch.einsum("mh,mkih->mki", x, lw.w_experts_gate_up[chosen]).chunk(2, -1)
+    out = torch.einsum("mki,mkhi->mkh", F.silu(gate) * up, lw.w_experts_down[chosen])
+    return (out * weight[..., None].to(out.dtype)).sum(1)
+
+
 class TorchDecodeStep:
     """``step(tokens, positions, block_tables, context_lens)`` → fp32 logits, in plain PyTorch."""
 
     def __init__(self, geometry: Geometry, weights: PackedWeights, k_caches, v_caches, max_context: int, device):
         self.g, self.w, self.k, self.v = geometry, weights, list(k_caches), list(v_caches)
         self.rope = rope_table(geometry, max_context, device)
-        self.fused = [{name: _Fused(lw, name) for name in PROJECTIONS} for lw in weights.layers]
+        self.fused = [{name: _Fused(lw, name) for name in PROJECTIONS if name in ("qkv", "o") or lw.w_gate is not None}
+                      for lw in weights.layers]
         self.bias = [lw.bias() for lw in weights.layers]
 
     def __call__(self, tokens, positions, block_tables, context_lens):
@@ -96,6 +113,9 @@ class TorchDecodeStep:
             attn = F.scaled_dot_product_attention(qr, keys, vals, attn_mask=mask, enable_gqa=True)
             attn = attn.transpose(1, 2).reshape(-1, nq * d)
             x1 = x + attn @ fused["o"].weight(x.dtype).T
+            if g.is_moe(layer):
+                x = x1 + routed_mlp(_rms(x1, lw.mlp_norm, eps), lw, g.experts)
+                continue
             gate, up = (_rms(x1, lw.mlp_norm, eps) @ fused["gate_up"].weight(x.dtype).T).chunk(2, -1)
             x = x1 + (F.silu(gate) * up) @ fused["down"].weight(x.dtype).T
         return (_rms(x, w.final_norm, eps) @ w.w_head.T).float()

@@ -34,6 +34,7 @@ from dataclasses import dataclass
 
 from ..manifest import Manifest
 from ..schema import Arg, Band
+from .roofline import stage_bytes
 
 CHUNK_INTS = 4096  # int32 a CTA loads per pipeline stage: 16 KB, 8 × 16-byte vectors a thread at 4 warps
 CHUNK_BYTES = 4 * CHUNK_INTS
@@ -92,16 +93,16 @@ def launch_depth(launch: FloorLaunch, depth: int) -> int:
 
 
 def floor_launches(manifest: Manifest, band: Band, context: int, variant: str,
-                   mode: str = "persistent") -> tuple[FloorLaunch, ...]:
-    """The floor's launches for a band's step at ``context`` tokens a row (see the module docstring)."""
+                   mode: str = "persistent", selected: dict[int, int] | None = None) -> tuple[FloorLaunch, ...]:
+    """The floor's launches for a band's step at ``context`` tokens a row (see the module
+    docstring); a routed layer's for the experts its rows ``selected`` (``roofline.stage_bytes``)."""
     if variant not in VARIANTS:
         raise ValueError(f"floor variant {variant!r}: one of {', '.join(VARIANTS)}")
     step = next(s for s in manifest.steps if s.band == band and s.mode == mode)
     launches = []
     for launch in step.launches:
         p = manifest.program(launch.program)
-        attended = manifest.geometry.attended(context)
-        chunks = tuple(_chunks(s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * attended) for s in p.stages)
+        chunks = tuple(_chunks(stage_bytes(manifest.geometry, s, launch, band, context, selected)) for s in p.stages)
         launches.append(FloorLaunch(variant, p.name, p.grid, -(-p.grid // manifest.sm_count), p.block // 32, p.launch_pdl,
                                     p.launch_cooperative, chunks))
     if variant in ("one_launch", "streaming_one_launch"):

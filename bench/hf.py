@@ -34,8 +34,11 @@ def hf_model(config_json: Path, state_dict: dict, dtype: torch.dtype, device, qu
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(config))
         config = transformers.AutoConfig.from_pretrained(tmp)
+    # a routed model's experts: transformers' default grouped GEMM takes 16- and 32-bit floats only
+    routed = getattr(config, "num_experts", None) or getattr(config, "num_local_experts", None)
+    eager = {"experts_implementation": "eager"} if routed and dtype == torch.float64 else {}
     with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype)
+        model = transformers.AutoModelForCausalLM.from_config(config, dtype=dtype, **eager)
     missing, unexpected = model.load_state_dict({k: v.to(dtype) for k, v in state_dict.items()}, strict=False)
     if unexpected or any(k != "lm_head.weight" for k in missing):
         raise SystemExit(f"{config_json}: weights do not fit the HF model: missing {missing}, unexpected {unexpected}")

@@ -10,6 +10,8 @@ nothing (their attention output is zero), and in a routed layer choose no expert
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -28,12 +30,21 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     return x * torch.cat([cos, cos], -1) + rotated * torch.cat([sin, sin], -1)
 
 
-def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, margins: list | None = None) -> torch.Tensor:
+@dataclass(frozen=True)
+class Routed:
+    """A live token row's routing in a routed layer: its chosen experts, and the gap between its
+    k-th and (k+1)-th router logit (below the programs' rounding, they may choose otherwise)."""
+
+    row: int
+    chosen: tuple[int, ...]
+    margin: float
+
+
+def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, routing: list | None = None) -> torch.Tensor:
     """A routed layer's MLP of the normed rows ``xh`` [m, hidden] in their dtype: each live row's
     top-k experts by the router's logits (ties to the lower index, as ``torch.topk`` takes them),
     weighted by the softmax over every expert taken there (renormalized over the chosen ones where
-    the model says). ``margins`` gains each live row's gap between its k-th and (k+1)-th logit:
-    below the programs' rounding, they may choose otherwise."""
+    the model says). ``routing`` gains each live row's ``Routed``."""
     cd = xh.dtype
     logits = xh @ w.w_router.to(cd).T
     probs = logits.softmax(-1)
@@ -44,8 +55,9 @@ def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, margin
         if not live[t]:
             continue
         chosen = order[t, :k].tolist()
-        if margins is not None and k < experts.count:
-            margins.append(float(logits[t, order[t, k - 1]] - logits[t, order[t, k]]))
+        if routing is not None:
+            gap = float(logits[t, order[t, k - 1]] - logits[t, order[t, k]]) if k < experts.count else float("inf")
+            routing.append(Routed(t, tuple(sorted(chosen)), gap))
         weight = probs[t, chosen]
         if experts.normalize:
             weight = weight / weight.sum()
@@ -59,9 +71,9 @@ def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, margin
 def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v_caches: list, tokens: torch.Tensor,
                    positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
                    tokens_per_row: int, compute_dtype: torch.dtype = torch.float64,
-                   margins: list | None = None) -> torch.Tensor:
+                   routing: dict[int, list[Routed]] | None = None) -> torch.Tensor:
     """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V.
-    ``margins`` (a list) gains the routed layers' top-k margins (``routed_mlp``)."""
+    ``routing`` (a dict) gains each routed layer's rows' ``Routed``."""
     g = geometry
     eps, d, nq, nkv = g.norm_eps, g.head_dim, g.q_heads, g.kv_heads
     group, m = nq // nkv, tokens.shape[0]
@@ -106,7 +118,8 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
         x1 = x + attn.reshape(m, nq * d) @ w.projection("o", cd).T
         if g.is_moe(layer):
             live = context_lens.repeat_interleave(tokens_per_row) > 0
-            x = x1 + routed_mlp(_rms(x1, w.mlp_norm, eps), w, g.experts, live, margins)
+            rows_routed = routing.setdefault(layer, []) if routing is not None else None
+            x = x1 + routed_mlp(_rms(x1, w.mlp_norm, eps), w, g.experts, live, rows_routed)
             continue
         gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("gate_up", cd).T).chunk(2, dim=-1)
         x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("down", cd).T

@@ -4,7 +4,9 @@ For each band (and context): the step captured in a CUDA graph, each replay time
 events; the roofline is the bytes the step must move (manifest) ÷ the device-to-device copy
 bandwidth measured at the start of the same run; the baseline is the same step in plain PyTorch
 (``baseline.py``), torch.compile'd and captured in a CUDA graph, timed the same way. Weights and
-KV cache hold random values (never zeros), and the KV pages of each row are scattered.
+KV cache hold random values (never zeros), and the KV pages of each row are scattered. A routed
+model's roofline counts the experts the timed step's rows chose, layer by layer (the step's own
+record); the row reports how many that was, on average over the routed layers.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ class BenchRow:
     baseline: Timing | None
     baseline_rel_diff: float | None  # ‖baseline − ours‖ / ‖ours‖ on the bench's inputs
     floors: tuple[FloorTiming, ...] = ()  # ``--floor``: the stage-synchronous floor's variants (floor.py)
+    experts: float | None = None  # a routed model's distinct experts a routed layer's rows chose, mean over layers
 
     def floor(self, variant: str) -> FloorTiming | None:
         return next((f for f in self.floors if f.variant == variant), None)
@@ -140,7 +143,6 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
             cache = random_kv_cache(pkg, blocks, seed=context)
             case = random_case(pkg, [context] * band.rows, band.tokens, blocks, seed=context)
             i = case.inputs
-            nbytes = step_bytes(pkg.manifest, band, context)
             base_timing = diff = None
             ours_logits = None
             for mode in modes or pkg.modes:
@@ -149,12 +151,16 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
                 timing = _timing(time_replays(lambda step=step, args=args, s=i.sampling: step(*args, sampling=s), iters))
                 if ours_logits is None:
                     ours_logits = step.logits.clone()
+                selected = {layer: int(record[0]) for layer, record in step.routed.items()}  # the timed step's
+                nbytes = step_bytes(pkg.manifest, band, context, mode, selected or None)
+                experts = sum(selected.values()) / len(selected) if selected else None
                 if baseline and base_timing is None:
                     base_timing, diff = _baseline(pkg, weights, cache, i, context, ours_logits, iters)
                 floors = ()
                 if floor and mode == "persistent":
-                    floors = _floors(pkg.manifest, band, context, iters, floor_kernels, progress)
-                row = BenchRow(band.name, mode, context, nbytes, nbytes / copy * 1e3, timing, base_timing, diff, floors)
+                    floors = _floors(pkg.manifest, band, context, iters, floor_kernels, progress, selected or None)
+                row = BenchRow(band.name, mode, context, nbytes, nbytes / copy * 1e3, timing, base_timing, diff, floors,
+                               experts)
                 rows_out.append(row)
                 progress(f"{band.name} ctx {context} {mode}: {timing.median_ms:.3f} ms "
                          f"({row.roofline_pct:.0f}% of roofline)")
@@ -163,12 +169,13 @@ def bench(package_dir, contexts: tuple[int, ...] = (1024,), modes: tuple[str, ..
     return BenchResult(str(package_dir), torch.cuda.get_device_name(pkg.device), copy, tuple(rows_out))
 
 
-def _floors(manifest, band, context, iters, kernels, progress) -> tuple[FloorTiming, ...]:
-    """Each floor variant of the band's persistent step, at the faster of the pipeline depths tried."""
+def _floors(manifest, band, context, iters, kernels, progress, selected=None) -> tuple[FloorTiming, ...]:
+    """Each floor variant of the band's persistent step (a routed layer's for the experts its
+    rows ``selected``), at the faster of the pipeline depths tried."""
     out = []
     src = None  # the step's bytes, up to ~15 GB: allocated once for every variant and depth
     for variant in target_variants(manifest.target):
-        launches = floor_launches(manifest, band, context, variant)
+        launches = floor_launches(manifest, band, context, variant, selected=selected)
         src = src if src is not None else floor_source(launches)
         best = None
         for depth in variant_depths(variant):

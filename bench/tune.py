@@ -75,8 +75,13 @@ class TuneResult:
     winners: tuple[Winner, ...]
 
 
+def layer_kind(recipe: Recipe) -> str:
+    """The layer programs a tune measures: a routed model's (``moe``), else the dense ones'."""
+    return "moe" if recipe.geometry.experts is not None else "layer"
+
+
 def _match(recipe: Recipe, band: Band) -> tuple[tuple[str, object], ...]:
-    match = {"kind": "layer", "hidden": recipe.geometry.hidden, "rows": band.rows, "tokens": band.tokens}
+    match = {"kind": layer_kind(recipe), "hidden": recipe.geometry.hidden, "rows": band.rows, "tokens": band.tokens}
     if recipe.deployment.quant is not None:  # an FP8 checkpoint's programs are tuned apart from bf16's
         match["weights"] = recipe.deployment.dtypes.projection
     return tuple(sorted(match.items()))
@@ -126,7 +131,7 @@ class _BandSearch:
         self.sub = replace(recipe, name=f"{recipe.name}.tune.{band.name}",
                            deployment=replace(recipe.deployment, bands=(band,), modes=(mode,)))
         self.match = _match(recipe, band)
-        self.start = schedule.entry("layer", recipe.geometry.hidden, band.rows, band.tokens,
+        self.start = schedule.entry(layer_kind(recipe), recipe.geometry.hidden, band.rows, band.tokens,
                                     weights=recipe.deployment.dtypes.projection)
         # What the band's entry sets by hand beyond the searched keys (long_kv_tile: chosen from
         # benches at long contexts, which a tune at one context cannot see): kept in every

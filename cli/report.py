@@ -42,9 +42,14 @@ def plan_json(plan: Plan, bandwidth: float, context: int) -> dict:
 def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
     r = plan.recipe
     g = r.geometry
+    routed = ""
+    if g.experts:
+        e = g.experts
+        routed = (f", {len(g.moe_layers)} routed: {e.count} experts of {e.intermediate}, {e.top_k} a token"
+                  + (" (renormalized)" if e.normalize else ""))
     lines = [
-        f"{r.name}: {g.family}, {g.layers} layers, hidden {g.hidden}, heads {g.q_heads}/{g.kv_heads}×{g.head_dim},"
-        f" intermediate {g.intermediate}, vocab {g.vocab}",
+        f"{r.name}: {g.family}, {g.layers} layers{routed}, hidden {g.hidden}, heads {g.q_heads}/{g.kv_heads}×"
+        f"{g.head_dim}, intermediate {g.intermediate}, vocab {g.vocab}",
         f"target {r.deployment.target.name} × {r.deployment.sm_count} units; schedule {plan.schedule_source}",
         "",
     ]
@@ -55,7 +60,8 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
         lines.append(f"program {p.name}: grid {p.grid} × {p.num_warps} warps{' (' + flags + ')' if flags else ''}")
         for s in p.stages:
             moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * g.attended(context)
-            lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}  {s.task}")
+            routed = f" + {_mb(s.bytes_per_expert)} a chosen expert" if s.bytes_per_expert else ""
+            lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}{routed}  {s.task}")
         for op in p.ops:
             if op.needs:
                 needs = "; ".join(f"{n.region}: {n.part}" for n in op.needs)
@@ -68,7 +74,10 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
             lines.append(f"  sync   #{e.counter} {e.producer} → {e.consumer}: target (epoch+1)×{e.signals_per_epoch},"
                          f" orders {', '.join(e.regions) or 'nothing but stage order'}")
         lines.append("")
-    lines.append(f"roofline at context {context}, {bandwidth / 1e12:.2f} TB/s:")
+    lines.append(f"roofline at context {context}, {bandwidth / 1e12:.2f} TB/s"
+                 + (f", each routed layer's rows choosing as many distinct experts as they can (at most "
+                    f"min({g.experts.count}, rows × {g.experts.top_k}); a step's own count is in its record, "
+                    "which monobuild bench reads)" if g.experts else "") + ":")
     lines.append(f"  {'band':<6} {'mode':<11} {'launches':>8} {'bytes':>12} {'floor':>10}")
     for s in plan.steps:
         nbytes = plan.step_bytes(s.band, context)
@@ -118,15 +127,19 @@ def inspect_text(m: Manifest) -> str:
 
 def bench_text(result) -> str:
     """The bench table: one line per band × context × mode; "×r1t1" is the band's median over the
-    1-row step's in the same run, context and mode (when the run has it). A ``--floor`` run adds
+    1-row step's in the same run, context and mode (when the run has it); for a routed model,
+    "experts" is how many distinct experts a routed layer's rows chose in the timed step (the
+    roofline's bytes count those), on average over its routed layers. A ``--floor`` run adds
     the floor's four variants (bench/floor.py) and, below, how much of each case's time they are."""
     floors = any(r.floors for r in result.rows)
+    routed = any(r.experts is not None for r in result.rows)  # a routed model: the experts its layers chose
     names = (("per_layer", "floor"), ("one_launch", "1-launch"), ("streaming", "streaming"),
              ("streaming_one_launch", "str+1-l"))
     floor_head = "".join(f" {label:>9}" for _, label in names) if floors else ""
     lines = [f"{result.package} on {result.device}; device-to-device copy {result.copy_gbps / 1e9:.0f} GB/s",
              f"{'band':6} {'ctx':>6} {'mode':10} {'MB moved':>9} {'roofline':>9}{floor_head} {'median':>9} {'p90':>9} "
-             f"{'GB/s':>6} {'%roof':>6} {'×r1t1':>6} {'torch.compile+graph':>20} {'speedup':>8} {'base≠ours':>9}"]
+             f"{'GB/s':>6} {'%roof':>6} {'×r1t1':>6} {'torch.compile+graph':>20} {'speedup':>8} {'base≠ours':>9}"
+             + (f" {'experts':>7}" if routed else "")]
     for r in result.rows:
         base = f"{r.baseline.median_ms:.3f} ms" if r.baseline else "—"
         speed = f"{r.speedup:.2f}×" if r.speedup else "—"
@@ -139,7 +152,7 @@ def bench_text(result) -> str:
                                  for f in (r.floor(variant) for variant, _ in names))
         lines.append(f"{r.band:6} {r.context:>6} {r.mode:10} {r.bytes / 1e6:>9.1f} {r.roofline_ms:>6.3f} ms{floor_cols} "
                      f"{r.ours.median_ms:>6.3f} ms {r.ours.p90_ms:>6.3f} ms {r.gbps:>6.0f} {r.roofline_pct:>5.1f}% "
-                     f"{vs_one:>6} {base:>20} {speed:>8} {diff:>9}")
+                     f"{vs_one:>6} {base:>20} {speed:>8} {diff:>9}" + (f" {r.experts:>7.1f}" if routed else ""))
     if floors:
         lines += ["", "floor: the step's bytes through its own launches and sync edges, nothing else; 1-launch: every "
                       "layer and the head in one launch; streaming: each CTA's copies running ahead of its waits; "

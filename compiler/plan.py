@@ -31,7 +31,7 @@ HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: 
 @dataclass(frozen=True)
 class ProgramPlan:
     name: str
-    kind: str  # embed | layer | head
+    kind: str  # embed | layer (a dense decoder layer) | moe (a routed one) | head
     band: Band
     mode: str  # persistent | staged
     ops: tuple[Op, ...]  # the ops this code object runs, in order
@@ -155,15 +155,17 @@ class Planner:
         programs, steps = [], []
         for band in self.recipe.deployment.bands:
             for mode in self.recipe.deployment.modes:
+                g = self.recipe.geometry
                 embed = self._embed(band)
-                dense, moe = self._layer(band, mode)
+                dense = self._layer(band, mode, "layer") if len(g.moe_layers) < g.layers else ()
+                moe = self._layer(band, mode, "moe") if g.moe_layers else ()
                 head = self._head(band, mode)
                 for p in (embed, *dense, *moe, *head):
                     if p.name not in {q.name for q in programs}:
                         programs.append(p)
                 launches = [Launch(embed.name, None)]
-                for layer_index in range(self.recipe.geometry.layers):
-                    layer = moe if self.recipe.geometry.is_moe(layer_index) else dense
+                for layer_index in range(g.layers):
+                    layer = moe if g.is_moe(layer_index) else dense
                     launches += [Launch(p.name, layer_index) for p in layer]
                 launches += [Launch(p.name, None) for p in head]
                 steps.append(Step(band, mode, tuple(launches)))
@@ -182,25 +184,42 @@ class Planner:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
                 "DOT_IEEE": self.recipe.deployment.dtypes.activations == "fp32"}
 
-    def _k_splits(self, band: Band) -> KSplits:
-        """The GEMVs' K splits, one per op for every mode and executor of the band (the staged
-        programs and the head read the persistent program's partials), in whole K chunks of
-        whichever executor has the larger ones."""
-        g, d = self.recipe.geometry, self.recipe.deployment
-        entry = self._entry("layer", band)
-        grid, bn = d.sm_count * entry.ctas_per_sm, self._block_n(entry)
-        bk = self._stream_block_k(entry) if self._streams(entry, "persistent") else self._block_k(entry)
+    def _k_splits(self, band: Band, kind: str = "layer") -> KSplits:
+        """The GEMVs' K splits of the band's ``kind`` layer program (``layer``: dense; ``moe``:
+        routed), one per op for every mode and executor of the band (the staged programs read the
+        persistent program's partials), in whole K chunks of whichever executor has the larger
+        ones. down's is the band's, whatever the kind (``_down_split``)."""
+        g = self.recipe.geometry
+        entry = self._entry(kind, band)
+        grid, bn, bk = self._gemv_tiling(entry)
         tiles = -(-g.hidden // bn)
         qkv = split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv)
         o = split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k)
+        router = split_k(-(-g.experts.count // bn), g.hidden, bk, grid, entry.max_split_k) if kind == "moe" else 1
+        return KSplits(qkv, o, self._down_split(band), router)
+
+    def _gemv_tiling(self, entry: ScheduleEntry) -> tuple[int, int, int]:
+        """A layer program's grid, GEMV output rows a task and K chunk."""
+        bk = self._stream_block_k(entry) if self._streams(entry, "persistent") else self._block_k(entry)
+        return self.recipe.deployment.sm_count * entry.ctas_per_sm, self._block_n(entry), bk
+
+    def _down_split(self, band: Band) -> int:
+        """The K split of a layer's last GEMV: the partials the hidden state leaves every layer in,
+        which the next layer, the embedding and the head of the band agree on. A routed model's is
+        its routed down's (whose K is the chosen experts' columns, one row's top_k at the least),
+        halved until it also splits a dense layer's down into whole chunks where the model has one."""
+        g = self.recipe.geometry
+        dense = len(g.moe_layers) < g.layers
         if g.experts is None:
-            return KSplits(qkv, o, split_k(tiles, g.intermediate, bk, grid, entry.max_split_k))
-        # a routed down's K: the chosen experts' columns, one row's top_k at the least
-        e = g.experts
-        down = split_k(tiles, e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
-        while len(g.moe_layers) < g.layers and g.intermediate % (down * bk):
-            down //= 2  # the dense layers' down leaves the same partials, in whole chunks of its K
-        return KSplits(qkv, o, down, split_k(-(-e.count // bn), g.hidden, bk, grid, entry.max_split_k))
+            grid, bn, bk = self._gemv_tiling(self._entry("layer", band))
+            return split_k(-(-g.hidden // bn), g.intermediate, bk, grid, self._entry("layer", band).max_split_k)
+        e, entry = g.experts, self._entry("moe", band)
+        grid, bn, bk = self._gemv_tiling(entry)
+        down = split_k(-(-g.hidden // bn), e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
+        dense_bk = self._gemv_tiling(self._entry("layer", band))[2]
+        while dense and g.intermediate % (down * dense_bk):
+            down //= 2
+        return down
 
     def _block_n(self, entry: ScheduleEntry) -> int:
         """A layer GEMV's output rows a task: the table's, or the streaming executor's tile."""
@@ -275,21 +294,22 @@ class Planner:
         entry = self._entry("embed", band)
         block = min(entry.embed_block, next_pow2(g.hidden))
         grid = min(d.sm_count * entry.ctas_per_sm, band.m * -(-g.hidden // block))
-        parts = self._k_splits(band).down
+        parts = self._down_split(band)
         ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtypes.weights, self.w)
         declared = {r.name: r for r in ops[0].writes}
         params = {"M": band.m, "H": g.hidden, "BH": block, "X_PARTS": parts, "G": grid}
         return self._program(f"embed.{band.name}", "embed", band, "staged", ops, 0, declared, grid, params, entry,
                              pdl=False)
 
-    def _layer(self, band: Band, mode: str) -> tuple[tuple[ProgramPlan, ...], tuple[ProgramPlan, ...]]:
-        """The band's layer programs in ``mode``: the dense layers' and the routed layers' (each
-        empty where the model has no such layer)."""
+    def _layer(self, band: Band, mode: str, kind: str) -> tuple[ProgramPlan, ...]:
+        """The band's layer programs of ``kind`` in ``mode``: the dense layers' (``layer``) or the
+        routed layers' (``moe``), each with its own schedule entry (the table's entries for one
+        kind say nothing of the other)."""
         g, d = self.recipe.geometry, self.recipe.deployment
-        entry = self._entry("layer", band)
+        entry = self._entry(kind, band)
         full_grid = d.sm_count * entry.ctas_per_sm
         splits = self._splits(band, full_grid, entry)
-        k_splits = self._k_splits(band)
+        k_splits = self._k_splits(band, kind)
         kt, long_kt = max(entry.kv_tile, d.kv_cache.block_size), entry.long_kv_tile
         sub = _kv_substreams(entry, kt)
         in_subs = f", each as {sub} sub-tiles with their own softmax states" if sub > 1 else ""
@@ -297,7 +317,6 @@ class Planner:
                                           if long_kt > kt else "")
         if g.sliding_window:
             kv_tiles += f", over the last {g.sliding_window} positions (sliding window)"
-        streams = self._streams(entry, mode)
         norm_stages = bool(entry.norm_stages)
         bn = self._block_n(entry)
         cx = {
@@ -313,30 +332,22 @@ class Planner:
             "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
         routed = None
-        if g.experts is not None:
+        if kind == "moe":
             e = g.experts
             routed = RoutedShape(e.count, e.top_k, e.intermediate, e.normalize, e.selected(band.m), k_splits.router)
             cx |= {"E_P": next_pow2(e.count), "SLOTS_P": next_pow2(routed.slots), "ROUTER_SPLIT": k_splits.router}
 
-        def shape(grid: int, routed_mlp: RoutedShape | None) -> LayerShape:
+        def shape(grid: int) -> LayerShape:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
                               band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
                               bn, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
-                              tuple(sorted(cx.items())), d.quant, routed_mlp)
+                              tuple(sorted(cx.items())), d.quant, routed)
 
         # Region shapes (the per-CTA x̂ slices) are the full grid's in every mode.
-        dense = moe = ()
-        if len(g.moe_layers) < g.layers:
-            declared = layer_regions(shape(full_grid, None))
-            dense = self._moded("layer", band, mode, lambda grid: layer_ops(shape(grid, None)), declared, full_grid,
-                                cx, entry)
-            if streams:
-                dense = self._streamed(band, entry, cx, dense, declared)
-        if routed is not None:
-            declared = moe_layer_regions(shape(full_grid, routed))
-            moe = self._moded("layer", band, mode, lambda grid: moe_layer_ops(shape(grid, routed)), declared,
-                              full_grid, cx, entry, name="moe")
-        return dense, moe
+        regions, ops = (moe_layer_regions, moe_layer_ops) if routed else (layer_regions, layer_ops)
+        declared = regions(shape(full_grid))
+        programs = self._moded(kind, band, mode, lambda grid: ops(shape(grid)), declared, full_grid, cx, entry)
+        return self._streamed(band, entry, cx, programs, declared) if self._streams(entry, mode) else programs
 
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:
@@ -371,7 +382,7 @@ class Planner:
         tiles = -(-g.vocab // bn)
         full_grid = d.sm_count * entry.ctas_per_sm
         norm_stage = bool(entry.norm_stages)
-        parts = self._k_splits(band).down
+        parts = self._down_split(band)
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self._block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head != "logits", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
@@ -384,19 +395,16 @@ class Planner:
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)
 
-    def _moded(self, kind, band, mode, build_ops, declared, full_grid, cx, entry, name: str | None = None
-               ) -> tuple[ProgramPlan, ...]:
-        """One persistent program running every op, or one staged program per op; named
-        ``name`` (default: the kind) and the band, then the mode or the op."""
+    def _moded(self, kind, band, mode, build_ops, declared, full_grid, cx, entry) -> tuple[ProgramPlan, ...]:
+        """One persistent program running every op, or one staged program per op."""
         ops = build_ops(full_grid)
-        prefix = name or kind
         if mode == "persistent" and len(ops) > 1:
-            return (self._program(f"{prefix}.{band.name}.persistent", kind, band, mode, ops, 0, declared, full_grid,
+            return (self._program(f"{kind}.{band.name}.persistent", kind, band, mode, ops, 0, declared, full_grid,
                                   {**cx, "G": full_grid}, entry, pdl=self.recipe.deployment.target.is_nvidia),)
         out = []
         for index, op in enumerate(ops):
             grid = min(full_grid, op.tasks)
-            name = f"{prefix}.{band.name}.{mode}" if mode == "persistent" else f"{prefix}.{band.name}.{op.name}"
+            name = f"{kind}.{band.name}.{mode}" if mode == "persistent" else f"{kind}.{band.name}.{op.name}"
             out.append(self._program(name, kind, band, mode, (build_ops(grid)[index],), index, declared, grid,
                                      {**cx, "G": grid}, entry, pdl=False))
         return tuple(out)

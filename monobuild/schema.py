@@ -29,6 +29,10 @@ ROLES = (
 )
 
 
+#: The kinds of program that run a decoder layer: a dense one's, a routed (mixture-of-experts) one's.
+LAYER_KINDS = ("layer", "moe")
+
+
 @dataclass(frozen=True, order=True)
 class Band:
     """Rows per step and tokens per row (tokens > 1 is a speculative verify)."""

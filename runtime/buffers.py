@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from ..footprint import HANG_RECORD, ROUTED, StepLayout, step_layout
-from ..schema import Arg, Geometry
+from ..schema import LAYER_KINDS, Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
 
@@ -138,7 +138,7 @@ class StepBuffers:
         # embed writes act[0]; layer l reads act[l % 2] and writes the other; the head reads the last.
         index = {"embed": 0, "head": self.layers}.get(kind, layer)
         if name == "x_out":
-            return self.act[(index + 1) % 2] if kind == "layer" else self.act[0]
+            return self.act[(index + 1) % 2] if kind in LAYER_KINDS else self.act[0]
         return self.act[index % 2]
 
 

@@ -23,6 +23,7 @@ from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.runtime.buffers import Sampling, StepInputs
 from monobuild.runtime.weights import pack_hf_state_dict
+from monobuild.schema import LAYER_KINDS
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
@@ -130,12 +131,13 @@ def main(case: dict, workdir: Path) -> dict:
         defaults = {**schedule.defaults.__dict__, **VARIANTS[case["variant"]]}
         schedule = parse_schedule({"defaults": defaults}, f"{case['variant']} test schedule")
     plan = plan_recipe(recipe, schedule)
-    layer = next(p for p in plan.programs if p.kind == "layer" and p.band == band)
+    layer = next(p for p in plan.programs if p.kind in LAYER_KINDS and p.band == band)
     step = InterpretedStep(plan, band, weights, k_caches, v_caches, mode)
     inputs = StepInputs(ids, positions, tables, ctx, sampling)
     logits, next_ids = step(inputs)
-    margins = []
-    ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens, margins=margins)
+    routing = {}
+    ref = reference_step(g, weights, ref_k, ref_v, ids, positions, tables, ctx, tokens, routing=routing)
+    margins = [r.margin for rows_routed in routing.values() for r in rows_routed]
     repeat_err = None
     if mode == "persistent":  # the same step again: the second epoch's targets, the same result
         first = logits.clone()
@@ -186,6 +188,8 @@ def main(case: dict, workdir: Path) -> dict:
         "counters": step.buffers.counters.tolist(),
         "routing_margin": min(margins, default=float("inf")),
         "routed": {layer: step.buffers.routed[layer].tolist() for layer in g.moe_layers},
+        "routed_wanted": {layer: sorted({e for r in rows_routed for e in r.chosen})
+                          for layer, rows_routed in routing.items()},
         "live_rows": sum(int(c > 0) for c in ctx) * tokens,
         **verdict,
         **sampled,

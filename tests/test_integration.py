@@ -279,7 +279,8 @@ def test_sampled_generation_draws_within_each_rows_top_k_reproducibly():
 @pytest.mark.parametrize("config, verify, head", [("tiny-llama.json", None, "ids"),
                                                   ("tiny-qwen2-gqa3.json", {"rows": 1, "tokens": 3}, "ids"),
                                                   ("tiny-qwen3-fp8.json", None, "ids"),
-                                                  ("tiny-llama.json", None, "sample")])
+                                                  ("tiny-llama.json", None, "sample"),
+                                                  ("tiny-qwen3-moe.json", {"rows": 1, "tokens": 3}, "ids")])
 def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path, config, verify, head):
     from click.testing import CliRunner
 
@@ -310,6 +311,7 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
             allocated = buffers.nbytes + sum(t.numel() * t.element_size() for t in tensors)
             assert band_footprint(manifest, step).total == allocated
             assert ("accepted" in buffers.verdict) == (step.band.tokens > 1)
+            assert (buffers.routed.numel() > 0) == bool(g.moe_layers)  # a routed layer's record, one per layer
     dtype = TORCH_DTYPES[d.dtypes.weights]
     sd = random_hf_state_dict(g, dtype, torch.Generator().manual_seed(0), d.quant)
     packed = pack_hf_state_dict(sd, g, dtype, quant=d.quant)

@@ -134,6 +134,8 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
         assert chosen[:n] == sorted(set(chosen[:n])), f"layer {layer}: slots not in expert order: {record}"
         if variant.startswith("router_tie"):  # every live row chose experts 0 … k − 1
             assert chosen[:n] == list(range(TOP_K[config])), f"layer {layer}: {record}"
+        if result["routing_decided"]:  # the union of the reference's choices
+            assert chosen[:n] == result["routed_wanted"][layer], f"layer {layer}: {record} {result['routed_wanted']}"
     assert result["routing_decided"], f"{case}: no case drawn whose routing the programs' rounding decides: {result}"
     if variant in ("norm_stages", "cta_staging", "norm_rows", "logits_head"):  # staged: one launch a stage
         want = {"norm_stages": (8, 3), "logits_head": (8, 2)}.get(variant, (6, 2))  # the layer's and the head's

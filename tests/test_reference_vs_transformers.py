@@ -1,7 +1,9 @@
 """The float64 reference step — what the interpreter tests measure the programs against — agrees
-with transformers' own models on CPU: Llama (llama3 RoPE scaling, tied head), Qwen3 (q/k norm) and
+with transformers' own models on CPU: Llama (llama3 RoPE scaling, tied head), Qwen3 (q/k norm),
 Mistral with a sliding window (a 40-position window under 130-token prompts: transformers keeps
-only the window's last positions in its cache).
+only the window's last positions in its cache), and the routed families, Qwen3-MoE (with a dense
+layer between routed ones) and Mixtral, bound from transformers' own state_dict (its fused expert
+tensors).
 
 Each row's prompt is prefilled by the transformers model; its cache is copied into the paged KV
 cache (rows scattered over random blocks) and the next tokens are run through both. Both
@@ -30,15 +32,16 @@ BLOCK = 16
 
 
 @pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json",
-                                    "tiny-llama-fp8.json", "tiny-qwen3-fp8.json", "tiny-mistral-window.json"])
+                                    "tiny-llama-fp8.json", "tiny-qwen3-fp8.json", "tiny-mistral-window.json",
+                                    "tiny-qwen3-moe.json", "tiny-mixtral.json"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
     g, quant = load_config(path)
     gen = torch.Generator().manual_seed(len(config) + tokens)
     sd = random_hf_state_dict(g, torch.float64, gen, quant)
-    weights = pack_hf_state_dict(sd, g, torch.float64, quant=quant)
     model = hf_model(path, sd, torch.float64, "cpu", quant)
+    weights = pack_hf_state_dict(sd if quant else model.state_dict(), g, torch.float64, quant=quant)
 
     lengths = [37, 5, 130]
     rows = len(lengths)

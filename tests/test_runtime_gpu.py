@@ -3,7 +3,9 @@
 Marked ``gpu``; skipped without a CUDA device or without packages. Point
 ``MONOBUILD_TEST_PACKAGES`` at a directory holding ``llama-3.2-1b-sm_90/sm_90`` (compiled
 elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``); the FP8 tests
-also want ``qwen3-8b-fp8-sm_90/sm_90`` there and skip without it.
+also want ``qwen3-8b-fp8-sm_90/sm_90`` there, the routed (mixture-of-experts) tests
+``qwen3-moe-mixed-sm_90/sm_90`` (``tests/data/qwen3-moe-mixed-sm_90.yaml``: Qwen3-30B-A3B's layers,
+four of them, the second dense), and skip without them.
 
 Each step is checked against the float64 reference over the same weights and caches. The bound
 on its logits' error is stated relative to the framework's own bf16 error (the same reference
@@ -37,6 +39,7 @@ from monobuild.runtime.buffers import StepInputs  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
 FP8 = Path(PACKAGES) / "qwen3-8b-fp8-sm_90" / "sm_90"
+MOE = Path(PACKAGES) / "qwen3-moe-mixed-sm_90" / "sm_90"
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +83,40 @@ def test_fp8_step_matches_reference(fp8, mode, rows, tokens):
     _check_step_against_reference(*fp8, mode, rows, tokens)
 
 
+@pytest.fixture(scope="module")
+def moe():
+    if not (MOE / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-moe-mixed-sm_90/sm_90")
+    pkg = runtime.load(MOE)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=3))
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("rows,tokens", [(1, 1), (3, 1), (8, 1), (1, 6)])
+def test_routed_step_matches_reference(moe, mode, rows, tokens):
+    """A mixture-of-experts step (routed layers around a dense one) against the float64 reference,
+    under the same bound as bf16's; each routed layer's record holds the union of the experts the
+    reference's live rows chose, wherever their top-k margins decide it."""
+    _check_step_against_reference(*moe, mode, rows, tokens)
+
+
+def test_routing_ties_as_torch_topk_on_the_gpu():
+    """transformers routes with ``torch.topk`` on the GPU; the programs (and the reference) break a
+    tie for the k-th place toward the lower expert. On a router whose logits all tie, and on ones
+    where a few tie across the k-th place, torch.topk on CUDA must choose that set too."""
+    k, experts = 8, 128
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    probs = torch.rand(64, experts, generator=gen, device="cuda")
+    probs[:32, :] = 0.5  # every expert ties
+    tied = probs[32:].topk(k + 1, -1).indices  # rows 32…: the k-th and the (k+1)-th tie
+    rows = torch.arange(32, 64, device="cuda")[:, None]
+    probs[rows, tied[:, k - 1:k + 1]] = probs[rows, tied[:, k - 1:k]]
+    probs = probs.softmax(-1)
+    got = probs.topk(k, -1).indices.sort(-1).values
+    order = torch.sort(probs, dim=-1, descending=True, stable=True).indices[:, :k].sort(-1).values
+    assert torch.equal(got, order)
+
+
 def _check_step_against_reference(pkg, weights, mode: str, rows: int, tokens: int) -> None:
     seed = 100 * rows + tokens
     cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
@@ -94,14 +131,24 @@ def _check_step_against_reference(pkg, weights, mode: str, rows: int, tokens: in
     band.buffers.logits.fill_(float("nan"))
     band.buffers.next_ids.fill_(-1)
 
+    for record in band.buffers.routed:
+        record.fill_(-(2**30))
     ids = step(i.tokens, i.positions, i.block_tables, i.context_lens)
     logits = step.logits.clone()
     g = pkg.geometry
-    ref = reference_step(g, weights, ref_k, ref_v, i.tokens, i.positions, i.block_tables, i.context_lens, tokens)
+    routing = {}
+    ref = reference_step(g, weights, ref_k, ref_v, i.tokens, i.positions, i.block_tables, i.context_lens, tokens,
+                         routing=routing)
     bf16 = reference_step(g, weights, bf_k, bf_v, i.tokens, i.positions, i.block_tables, i.context_lens, tokens,
                           compute_dtype=torch.bfloat16)
 
     assert not torch.isnan(logits).any(), "logits left unwritten"
+    assert sorted(step.routed) == sorted(routing) == list(g.moe_layers)
+    for layer, record in step.routed.items():  # the experts the layer's live rows chose, in expert order
+        n, chosen = int(record[0]), record[1:].tolist()
+        if min(r.margin for r in routing[layer]) > 1e-2:
+            assert chosen[:n] == sorted({e for r in routing[layer] for e in r.chosen}), f"layer {layer}"
+        assert chosen[n:] == [-1] * (len(chosen) - n), f"layer {layer}: {record.tolist()}"
     ours, framework = _rel(logits, ref), _rel(bf16, ref)
     print(f"{mode} {rows}x{tokens}: ours {ours:.2e}, bf16 framework {framework:.2e}")
     assert ours <= 1.5 * framework

@@ -26,6 +26,7 @@ from monobuild import runtime
 from monobuild.bench.cases import random_band_step
 from monobuild.bench.clock import placement, rows_text, stage_rows
 from monobuild.bench.run import time_replays
+from monobuild.schema import LAYER_KINDS
 
 
 def main() -> None:
@@ -57,7 +58,7 @@ def main() -> None:
         torch.save({"clock": clock, "launches": [launch.program for launch in spec.launches],
                     "package": args.package, "band": args.band, "context": args.context, "mode": args.mode},
                    args.save)
-    first_layer = next(n for n, launch in enumerate(spec.launches) if programs[launch.program].kind == "layer")
+    first_layer = next(n for n, launch in enumerate(spec.launches) if programs[launch.program].kind in LAYER_KINDS)
     grid = programs[spec.launches[first_layer].program].grid
     print(f"CTAs per SM in the first layer launch ({grid} CTAs): "
           + ", ".join(f"{n} SMs ran {c}" for c, n in placement(clock, first_layer, grid).items()))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, Op, evaluate
-from .edges import CounterSite, compare_thresholds, counter_of, edge_counter_violations
+from .edges import IN_A_LOOP, CounterSite, compare_thresholds, counter_of, edge_counter_violations
 from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
 from .violations import Violation
 
@@ -200,6 +200,8 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
         if _is_llvm_signal(ins):
             signals.append(ins)
             kinds.append("signal")
+            if ins.block in fn.loop_of:  # I4: a signal site executes once a step
+                out.append(Violation(p.name, _site(ins), "I4", IN_A_LOOP))
             if not ("release" in ins.text or "acq_rel" in ins.text) or not scoped:
                 out.append(Violation(p.name, _site(ins), "I1", "the signal is not a release at agent scope, so a "
                                                                "consumer that sees the count may not see the stores"))

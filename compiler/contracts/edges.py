@@ -34,6 +34,11 @@ class CounterSite:
     compares: tuple[tuple[tuple[tuple[int, int], ...] | str, str], ...] = ()
 
 
+IN_A_LOOP = ("the signal is inside a loop: a CTA adds once an iteration, so its count a step is the loop's trip "
+             "count (for a routed op, what routing chose) and the edge's waits, which count one a CTA, pass early "
+             "or never end")
+
+
 def counter_of(offset: Callable[[], int], counters: int) -> tuple[int | None, str]:
     """(counter index, "") of an access whose byte offset from the counters parameter ``offset``
     evaluates, or (None, why)."""

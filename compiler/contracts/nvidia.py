@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
-from .edges import CounterSite, compare_thresholds, counter_of, edge_counter_violations
+from .edges import IN_A_LOOP, CounterSite, compare_thresholds, counter_of, edge_counter_violations
 from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
 from .ptx import Instr, Ptx, definitions, integer_op
 from .violations import Violation
@@ -228,6 +228,8 @@ def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
 
 def _check_signal(p: ProgramSpec, ptx: Ptx, ins: Instr) -> list[Violation]:
     out = []
+    if ptx.in_loop(ins.index) is not None:  # I4: a signal site executes once a step
+        out.append(Violation(p.name, _site(ins), "I4", IN_A_LOOP))
     if not (ins.has("release") or ins.has("acq_rel")) or not any(ins.has(s) for s in _STRONG_SCOPES):
         out.append(Violation(p.name, _site(ins), "I1",
                              f"the signal is `{ins.opcode}`: not a release at gpu scope, so a consumer that sees "

@@ -160,9 +160,9 @@ def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: R
 
 
 def attention_regions(s: LayerShape) -> list[Region]:
-    """The regions of the layer's attention half (``attention_ops``), x_in to x1."""
+    """The regions of the layer's attention half (``attention_ops``), x_in to x1; x̂_qkv apart
+    (``x_hat_qkv``), the ABI ordering regions as they are declared."""
     m, h, d = s.m, s.hidden, s.head_dim
-    qkv_in = "norm_qkv" if s.norm_stages else "qkv"
     return [
         Region("x_in", "io", "fp32", (s.down_split, m, h), None, ()),
         Region("qkv", "scratch", "fp32", (s.qkv_split, m, s.qkv_rows), "qkv", ()),
@@ -173,8 +173,12 @@ def attention_regions(s: LayerShape) -> list[Region]:
         # attn_out, h and x̂ only feed a GEMV: stored in the activation dtype its product takes.
         Region("attn_out", "scratch", s.dtypes.activations, (m, s.q_heads * d), "combine", ()),
         Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()),
-        x_hat("x_hat_qkv", qkv_in, "qkv", s.dtypes.activations, m, h, s.grid, s.norm_stages),
     ]
+
+
+def x_hat_qkv(s: LayerShape) -> Region:
+    return x_hat("x_hat_qkv", "norm_qkv" if s.norm_stages else "qkv", "qkv", s.dtypes.activations, s.m, s.hidden,
+                 s.grid, s.norm_stages)
 
 
 def x_out(s: LayerShape, writer: str) -> Region:
@@ -186,7 +190,7 @@ def layer_regions(s: LayerShape) -> dict[str, Region]:
     """Every region the dense layer's ops touch, by name (writers set; readers derived by the planner)."""
     up_in = "norm_up" if s.norm_stages else "up"
     regions = [*attention_regions(s), Region("h", "scratch", s.dtypes.activations, (s.m, s.intermediate), "up", ()),
-               x_hat("x_hat_up", up_in, "up", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stages),
+               x_hat_qkv(s), x_hat("x_hat_up", up_in, "up", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stages),
                x_out(s, "down")]
     return {r.name: r for r in regions}
 
