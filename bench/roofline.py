@@ -17,10 +17,7 @@ def stage_bytes(g: Geometry, stage: Stage, launch: Launch, band: Band, context: 
                 selected: dict[int, int] | None = None) -> int:
     """The bytes one stage of a launch must move: a routed stage's for the experts ``selected``
     by the launch's layer, or as many as the band's rows can choose."""
-    total = stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * g.attended(context)
-    if stage.bytes_per_expert:
-        total += stage.bytes_per_expert * (g.experts.selected(band.m) if selected is None else selected[launch.layer])
-    return total
+    return stage.bytes_moved(g.attended(context), g.experts_chosen(launch.layer, band.m, selected))
 
 
 def step_bytes(manifest: Manifest, band: Band, context: int, mode: str | None = None,

@@ -89,14 +89,9 @@ class Plan:
         experts, ``selected[layer]``, known after the step (``runtime``'s ``DecodeStep.routed``);
         without it, the most they can choose."""
         g = self.recipe.geometry
-        total, attended = 0, g.attended(context)
-        for launch in self.step(band, self.recipe.deployment.modes[0]).launches:
-            for stage in self.program(launch.program).stages:
-                total += stage.weight_bytes + stage.io_bytes + stage.kv_bytes_per_token * attended
-                if stage.bytes_per_expert:
-                    most = g.experts.selected(band.m)
-                    total += stage.bytes_per_expert * (most if selected is None else selected[launch.layer])
-        return total
+        return sum(stage.bytes_moved(g.attended(context), g.experts_chosen(launch.layer, band.m, selected))
+                   for launch in self.step(band, self.recipe.deployment.modes[0]).launches
+                   for stage in self.program(launch.program).stages)
 
 
 @dataclass(frozen=True)

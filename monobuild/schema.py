@@ -112,6 +112,11 @@ class Stage:
     # band's rows): what a routed op moves depends on routing, known only on the device
     bytes_per_expert: int = 0
 
+    def bytes_moved(self, attended: int, experts: int = 0) -> int:
+        """Bytes the stage must move when each row attends to ``attended`` cached positions and
+        (a routed stage) the step's rows chose ``experts`` distinct experts."""
+        return self.weight_bytes + self.io_bytes + self.kv_bytes_per_token * attended + self.bytes_per_expert * experts
+
 
 @dataclass(frozen=True)
 class SyncEdge:
@@ -192,8 +197,15 @@ class Geometry:
     experts: Experts | None = None  # a mixture-of-experts model's routed MLP (None: every layer dense)
     moe_layers: tuple[int, ...] = ()  # the layers whose MLP is ``experts``; the others' is dense
 
-    def is_moe(self, layer: int) -> bool:
+    def is_moe(self, layer: int | None) -> bool:
         return layer in self.moe_layers
+
+    def experts_chosen(self, layer: int | None, m: int, selected: dict[int, int] | None = None) -> int:
+        """The distinct experts ``m`` token rows chose in ``layer``: ``selected``'s count (a step's
+        record), without it the most they can; 0 outside a routed layer."""
+        if not self.is_moe(layer):
+            return 0
+        return self.experts.selected(m) if selected is None else selected[layer]
 
     def attended(self, context: int) -> int:
         """Cached positions a row of ``context`` tokens attends to: all, or the window's."""
