@@ -13,9 +13,9 @@ from .conftest import RECIPES
 SHIPPED = sorted(RECIPES.glob("*.yaml"))
 
 
-def test_twelve_recipes_are_shipped():
+def test_fifteen_recipes_are_shipped():
     names = {p.stem for p in SHIPPED}
-    assert names == {f"{m}-{t}" for m in ("llama-3.2-1b", "qwen3-0.6b", "qwen3-8b", "qwen3-8b-fp8")
+    assert names == {f"{m}-{t}" for m in ("llama-3.2-1b", "qwen3-0.6b", "qwen3-8b", "qwen3-8b-fp8", "qwen3-30b-a3b")
                      for t in ("sm_90", "gfx942", "gfx950")}
 
 
@@ -24,12 +24,16 @@ def test_shipped_recipe_plans(path):
     recipe = load_recipe(path)
     assert recipe.deployment.target.name == path.stem.rsplit("-", 1)[1]
     plan = plan_recipe(recipe)
-    layer_programs = {p.name for p in plan.programs if p.kind == "layer" and p.mode == "persistent"}
+    routed = recipe.geometry.experts is not None
+    kind = "moe" if routed else "layer"
+    layer_programs = {p.name for p in plan.programs if p.kind == kind and p.mode == "persistent"}
     assert len(layer_programs) == len(recipe.deployment.bands)  # identical layers share one program
     for step in plan.steps:
         per_layer = [plan.program(x.program) for x in step.launches if x.layer == 0]
         if step.mode == "persistent":
             assert len(per_layer) == 1
+        elif routed:  # the attention half, norm_up, router, experts_up, experts_down
+            assert len(per_layer) == (9 if per_layer[0].param("NORM_STAGES") else 8)
         else:  # one launch per stage: six, and the two norm stages where the table makes them
             assert len(per_layer) == (8 if per_layer[0].param("NORM_STAGES") else 6)
 

@@ -5,7 +5,7 @@
 # step's time goes, stage by stage; and three builds of its persistent 1- and 8-row programs timed on
 # the same weights in rounds (paired.py): t0 the shipped table (the moe programs take the defaults: 2
 # CTAs of 4 warps an SM), t1 one CTA of 8 warps an SM (sm_90-t1.yaml), t2 t1 with 4 weight chunks in
-# flight (sm_90-t2.yaml).
+# flight (sm_90-t2.yaml), t3 t1 without norm stages (qkv stages its own x̂, sm_90-t3.yaml).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -23,6 +23,6 @@ for band in r1t1 r8t1; do
 done
 echo "=== paired builds, at ${SECONDS}s"
 timeout 200 python3 $M/paired.py 1024 2 .gpu/R/t0/qwen3-30b-a3b-sm_90/sm_90 .gpu/R/t1/qwen3-30b-a3b-sm_90/sm_90 \
-  .gpu/R/t2/qwen3-30b-a3b-sm_90/sm_90 2>&1 | grep -v Warning
+  .gpu/R/t2/qwen3-30b-a3b-sm_90/sm_90 .gpu/R/t3/qwen3-30b-a3b-sm_90/sm_90 2>&1 | grep -v Warning
 echo "=== done at ${SECONDS}s"
 } 2>&1 | tee "$OUT/run2.log"
