@@ -6,6 +6,10 @@
 # the same weights in rounds (paired.py): t0 the shipped table (the moe programs take the defaults: 2
 # CTAs of 4 warps an SM), t1 one CTA of 8 warps an SM (sm_90-t1.yaml), t2 t1 with 4 weight chunks in
 # flight (sm_90-t2.yaml; compiled, not timed: the session's device time ran short), t3 t1 without norm stages (qkv stages its own x̂, sm_90-t3.yaml).
+# Packages (on the CPU machine; ir/ may be left out, the runtime does not read it):
+#   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml [--schedule $M/sm_90-t1.yaml | $M/sm_90-t3.yaml] --out .gpu/R/t0|t1|t3
+#   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml --stage-clock --out .gpu/R/t0
+#   monobuild compile $M/qwen3-30b-a3b-8l-sm_90.yaml --out .gpu/R
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
