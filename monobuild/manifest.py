@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 5  # 5: the schedule table the programs were planned with, recorded whole (check plans again)
+MANIFEST_FORMAT = 6  # 6: a routed model's experts and layers in the geometry, a stage's bytes per chosen expert
 
 
 class PackageError(Exception):
