@@ -12,7 +12,7 @@
 #   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml --schedule /tmp/sweep/sm_90-vN.yaml --out .gpu/S/vN
 #   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml --schedule /tmp/sweep/sm_90-p1.yaml --stage-clock --out .gpu/S/p1
 #   monobuild compile $M/qwen3-30b-a3b-8l-sm_90.yaml --schedule /tmp/sweep/sm_90-p1.yaml --out .gpu/S/c
-#   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml --out .gpu/S/g0   (the slot weight table's commit)
+#   monobuild compile $M/qwen3-30b-a3b-sm_90.yaml --out .gpu/S/g0   (compiled before 911ad46 added the L2 prefetch; its programs, l2_prefetch 0)
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
