@@ -20,7 +20,9 @@ choice within bf16's reach (somewhere in the layer, the reference's gap between 
 (k+1)-th router logit is at most twice the largest difference between the bf16 model's router
 logits and the reference's) is a discrete coin toss that transformers' bf16 model makes as well,
 and a per-step ratio would compare coin tosses: those steps are counted apart, with their ratio
-shown. A different choice where every row's was decided fails the run. Greedy ids are held to the
+shown. A different choice where every row's was decided fails the run. Where no step routed
+alike (many rows and layers make a coin toss somewhere in each step), every step is held to the
+bound. Greedy ids are held to the
 rule above at every step.
 
 Both program modes run side by side (each with its own KV cache). Usage::
@@ -81,18 +83,17 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
             base = torch.tensor(lengths, device=pkg.device)
             per_step = []
             routed = pkg.geometry.experts is not None
+            ref_router, bf_router = router_logits(ref), router_logits(bf16)
             for t in range(steps):
                 pos = base + t
                 one = torch.ones(rows, 1, dtype=torch.long, device=pkg.device)
                 bf_mask, ref_mask = torch.cat([bf_mask, one], 1), torch.cat([ref_mask, one], 1)
-                kwargs = dict(input_ids=token[:, None], position_ids=pos[:, None], use_cache=True,
-                              **({"output_router_logits": True} if routed else {}))
+                kwargs = dict(input_ids=token[:, None], position_ids=pos[:, None], use_cache=True)
                 ref_out = ref(**kwargs, attention_mask=ref_mask, past_key_values=ref_cache)
                 bf_out = bf16(**kwargs, attention_mask=bf_mask, past_key_values=bf_cache)
                 ref_logits, bf_logits = ref_out.logits[:, 0].double(), bf_out.logits[:, 0].double()
                 record = {"step": t, "context": [int(c) + 1 for c in pos.tolist()]}
-                reach = (routing_reach(ref_out.router_logits, bf_out.router_logits, pkg.geometry.experts.top_k)
-                         if routed else None)
+                reach = routing_reach(ref_router, bf_router, pkg.geometry.experts.top_k) if routed else None
                 bf_err = (bf_logits - ref_logits).norm() / ref_logits.norm()
                 record["bf16_rel_err"] = bf_err.item()
                 top2 = ref_logits.topk(2, -1).values
@@ -117,6 +118,22 @@ def check_model(package_dir: Path, rows_list: list[int], steps: int, max_context
         del steps_by_mode, kv_by_mode, bf_cache, ref_cache
         torch.cuda.empty_cache()
     return result
+
+
+def router_logits(model) -> list:
+    """The router logits of the model's last forward, per routed layer in layer order, filled by
+    hooks on each routed layer's ``mlp.gate`` (transformers 5.17's routers return their logits
+    first). ``output_router_logits`` would give them too, but then also computes the load-balancing
+    loss, which fails on a decode step of a padded batch."""
+    gates = [layer.mlp.gate for layer in model.model.layers if hasattr(layer.mlp, "experts")]
+    seen: list = [None] * len(gates)
+
+    def keep(index):
+        return lambda module, args, out: seen.__setitem__(index, out[0] if isinstance(out, tuple) else out)
+
+    for index, gate in enumerate(gates):
+        gate.register_forward_hook(keep(index))
+    return seen
 
 
 def routing_reach(ref_router: tuple, bf_router: tuple, top_k: int) -> list[tuple[set[int], bool]]:
@@ -149,13 +166,15 @@ def routing_agreement(ours: dict[int, torch.Tensor], reach: list[tuple[set[int],
 
 def summarize(rows: int, lengths: list[int], per_step: list[dict], modes) -> dict:
     """Per mode, the worst and median ratios over the steps that routed as the reference did (every
-    step of a dense model), its greedy ids over every step."""
+    step of a dense model; every step, where none did), its greedy ids over every step."""
     run = {"rows": rows, "prompt_lengths": lengths, "steps": len(per_step),
            "max_context": max(max(r["context"]) for r in per_step),
            "bf16_rel_err_max": max(r["bf16_rel_err"] for r in per_step), "modes": {}, "per_step": per_step}
     for mode in modes:
         judged = [r[mode] for r in per_step if r[mode]["routing"] == "same"]
         apart = [r[mode] for r in per_step if r[mode]["routing"] == "within reach"]
+        if not judged:  # no step routed alike (many rows × layers: one coin toss in each): hold every step
+            judged, apart = apart, []
         flipped = sum(r[mode]["routing"] == "decided" for r in per_step)
         ratios = sorted(m["ratio"] for m in judged)
         run["modes"][mode] = {
@@ -180,7 +199,7 @@ def print_run(recipe: str, run: dict, framework: str) -> None:
         otherwise = f" [{flipped} steps routed otherwise where decided]" if flipped else ""
         judged = (f"err max {m['rel_err_max']:.2e} ({framework} HF {run['bf16_rel_err_max']:.2e}) "
                   f"ratio max {m['ratio_max']:.2f} median {m['ratio_median']:.2f}"
-                  if m["ratio_max"] is not None else "no step routed as the reference did")
+                  if m["ratio_max"] is not None else "no step judged")
         print(f"{recipe:22} rows {run['rows']} ctx≤{run['max_context']:5} {mode:10} {judged}{apart}{otherwise} "
               f"ids {m['ids_decided'] - m['ids_wrong']}/{m['ids_decided']} decided equal  "
               f"{'PASS' if m['pass'] else 'FAIL'}  ({run['seconds']} s)", flush=True)
