@@ -79,8 +79,8 @@ def driver_spec(plan: ProgramPlan) -> DriverSpec:
         if plan.executor == "gluon" and op.body in stream_driver.STREAMED:  # the loader streams its inputs
             fns = stream_driver.STREAMED[op.body]
             body, prefetch = fns.compute, fns.prefetch
-            body_args = _pick(op.name, module, body, b, len(stream_driver.COMPUTE_HEAD) + (prefetch is not None))
-            streamed = (fns.loader, _pick(op.name, module, fns.loader, b, len(stream_driver.LOADER_HEAD)))
+            body_args = _pick(op.name, module, body, b, len(fns.compute_head) + (prefetch is not None))
+            streamed = (fns.loader, _pick(op.name, module, fns.loader, b, len(fns.loader_head)))
         calls.append(OpCall(
             op.name, body, body_args or _pick(op.name, module, body, b, 2), prefetch,
             _pick(op.name, module, prefetch, b, 1) if prefetch else (), stage.index, into.get(op.name),

@@ -39,6 +39,7 @@ SM_REGISTERS = 65536
 SHARED_MAX = 232448
 SHARED_SCRATCH = 4 * 1024  # the layout conversions' scratch besides attention's merge (1.4 KB seen)
 GEMV_BODY, ATTENTION_BODY = "gemv_op", "attention_op"  # the ops whose inputs the loader streams
+EXPERTS_UP_BODY, EXPERTS_DOWN_BODY = "experts_up_op", "experts_down_op"  # and a routed layer's, once routed
 DTYPE = "bf16"  # the dtype of the activations, norms and KV cache the streaming programs are written for
 PROJECTIONS = ("bf16", "fp8e4nv")  # the projection weights' dtypes they stream
 
@@ -78,11 +79,12 @@ def stream_rows(num_warps: int) -> int:
     return WARP_ROWS * num_warps
 
 
-def shared_other(num_warps: int, query_rows: int, head_dim: int) -> int:
+def shared_other(num_warps: int, query_rows: int, head_dim: int, routing_slots: int = 0) -> int:
     """Shared memory a streaming CTA needs besides its rings: the scratch of attention's merge of
     its warps' softmax states (one fp32 [query rows, head_dim] a warp: 16 KB of the 17.4 KB that
-    Llama-3.2-1B's 1-row program takes, compiled) and of the other layout conversions."""
-    return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH
+    Llama-3.2-1B's 1-row program takes, compiled) and of the other layout conversions; a routed
+    layer's slot table (i32) and its mbarrier."""
+    return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH + (4 * routing_slots + 8 if routing_slots else 0)
 
 
 def ring(slots_wanted: int, num_warps: int, block_k: int, m: int, other: int, weight: str = DTYPE) -> Ring:
@@ -184,6 +186,8 @@ def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
                 n, split = op.binding("N"), op.binding("SPLIT")
                 tasks = -(-n // box_rows) * split
                 op = replace(op, tasks=tasks, task=op.task.replace(f"tiles of {op.binding('BN')}", f"tiles of {box_rows}"))
+        elif op.body in (EXPERTS_UP_BODY, EXPERTS_DOWN_BODY):
+            op = _streamed_experts(op, unit)
         elif op.body == ATTENTION_BODY:
             d, bs = op.binding("D"), op.binding("BS")
             tiles = tuple((f"{c[0]}_tiles", Arg(f"{c[0]}_tiles", tensordesc_type(op.binding(c).type.lstrip("*"), bs, d),
@@ -192,3 +196,20 @@ def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
             op = replace(op, bindings=tuple((k, kt if k == "KT" else v) for k, v in op.bindings) + tiles)
         out.append(op)
     return tuple(out)
+
+
+def _streamed_experts(op: Op, unit: Ring) -> Op:
+    """A routed op with its expert stack bound as a TMA descriptor over the stack's rows (the
+    runtime sees [experts, rows, cols] as [experts · rows, cols]): experts_up's in boxes of half a
+    unit's rows (a unit is an expert's gate rows above the same up rows), experts_down's in
+    boxes of a unit; the K chunk is the unit's columns."""
+    w = op.binding("w_ptr")
+    up = op.body == EXPERTS_UP_BODY
+    box_rows = unit.rows // 2 if up else unit.rows
+    swap = {"w_ptr": Arg(w.name, tensordesc_type(w.type.lstrip("*"), box_rows, unit.cols), w.role), "BK": unit.cols}
+    op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings))
+    if up:  # (slot, tile) tasks of half a unit's rows
+        tiles = -(-op.binding("INTER") // box_rows)
+        op = replace(op, tasks=op.binding("SLOTS") * tiles,
+                     task=op.task.replace(f"tile of {op.binding('BN')} ", f"tile of {box_rows} "))
+    return op

@@ -224,8 +224,8 @@ class Planner:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
         hold whole tiles, k and v whole tiles); the table must not ask for it where it cannot be."""
-        if not entry.streaming or self.recipe.geometry.experts is not None:
-            return False  # the streaming executor has no routed ops yet: a routed model's layers run on Triton
+        if not entry.streaming:
+            return False
         d = self.recipe.deployment
         if not d.target.is_nvidia:
             raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
@@ -346,9 +346,9 @@ class Planner:
 
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:
-        """The persistent dense layer programs as the streaming executor runs them."""
+        """The persistent layer programs (dense or routed) as the streaming executor runs them."""
         g, d = self.recipe.geometry, self.recipe.deployment
-        other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim)
+        other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim, cx.get("SLOTS_P", 0))
         rings = executor.ring(entry.stream_slots, entry.num_warps, self._stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
         kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)

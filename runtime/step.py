@@ -26,7 +26,7 @@ from .hangs import check_hang_log
 from .kvcache import KVCache
 from .params import ParamBlock
 from .rope import rope_table
-from .tma import descriptor, token_rows
+from .tma import descriptor, stacked_rows, token_rows
 from .weights import ALIGNMENT, PackedWeights
 
 
@@ -48,10 +48,14 @@ def _address(value) -> int:
 
 def _param(program, arg, value):
     """A launch's value for ``arg``: a TMA descriptor over the tensor for a streamed weight or KV
-    cache (the box and swizzle the code was built with; a cache seen as its token rows), its
-    address or the integer otherwise."""
+    cache (the box and swizzle the code was built with; a cache seen as its token rows, a routed
+    layer's expert stack as its stacked rows), its address or the integer otherwise."""
     if arg.type.startswith("tensordesc"):
-        return descriptor(token_rows(value) if arg.role == "kv_cache" else value, program.tensor_map(arg.name))
+        if arg.role == "kv_cache":
+            value = token_rows(value)
+        elif value.dim() == 3:
+            value = stacked_rows(value)
+        return descriptor(value, program.tensor_map(arg.name))
     return _address(value)
 
 

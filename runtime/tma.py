@@ -51,6 +51,17 @@ def token_rows(cache: torch.Tensor) -> torch.Tensor:
     return cache.view(blocks * block_size, heads * head_dim)
 
 
+def stacked_rows(stack: torch.Tensor) -> torch.Tensor:
+    """A routed layer's expert stack [experts, rows, cols] as the 2-D tensor a streaming program's
+    descriptor reads, expert e's rows from e · rows (a view: the engine's tensor in place; a stack
+    that is not one block of memory is refused, since a copy would not be the bound weights)."""
+    experts, rows, cols = stack.shape
+    if not stack.is_contiguous():
+        raise ValueError(f"an expert stack of shape {tuple(stack.shape)} is not contiguous: a streaming program reads "
+                         "it in place as [experts · rows, cols]")
+    return stack.view(experts * rows, cols)
+
+
 def descriptor(tensor: torch.Tensor, tmap: TensorMap) -> Descriptor:
     """The descriptor of ``tensor`` (a contiguous CUDA tensor whose rank is the box's) for ``tmap``."""
     driver = _driver()

@@ -50,12 +50,14 @@ def unit_boxes(dtype: str, cols: int, halves: bool = False) -> dict[str, tuple[s
 STREAMING = {"streaming": 1, "block_k": 128, "max_split_qkv": 8, "weight_stages": 2, "ctas_per_sm": 1}
 
 
-def streaming_table(path, target="sm_90", **overrides):
-    """The shipped table with every layer program on the streaming executor (first entry wins)."""
+def streaming_table(path, target="sm_90", kinds=("layer",), **overrides):
+    """The shipped table with every layer program of ``kinds`` (dense ``layer``, routed ``moe``) on
+    the streaming executor (first entry wins)."""
     from importlib import resources
 
     doc = yaml.safe_load((resources.files("monobuild.schedules") / f"{target}.yaml").read_text())
-    doc["entries"].insert(0, {"match": {"kind": "layer"}, "set": {**STREAMING, **overrides}})
+    for kind in kinds:
+        doc["entries"].insert(0, {"match": {"kind": kind}, "set": {**STREAMING, **overrides}})
     path.write_text(yaml.safe_dump(doc))
     return path
 
@@ -285,8 +287,8 @@ def test_a_streaming_fp8_package_keeps_every_contract(tmp_path, sm_count, halves
     assert report.ok, "\n".join(v.line() for v in report.violations)
 
 
-def _ptx(pkg):
-    return pkg / "ir" / f"{LAYER}.ptx"
+def _ptx(pkg, program: str = LAYER):
+    return pkg / "ir" / f"{program}.ptx"
 
 
 def _replace(pkg, old, new, count=-1):
@@ -317,16 +319,16 @@ def stream_of_a_region(pkg):
     _replace(pkg, f"layer_kernel_param_{index['w_o']};", f"layer_kernel_param_{index['qkv']};")
 
 
-def _drop_copy(pkg, descriptor: str):
-    """The layer program's first TMA copy through ``descriptor``'s parameter deleted."""
-    layer = read_manifest(pkg).program(LAYER)
-    text = _ptx(pkg).read_text()
+def _drop_copy(pkg, descriptor: str, program: str = LAYER):
+    """The program's first TMA copy through ``descriptor``'s parameter deleted."""
+    layer = read_manifest(pkg).program(program)
+    text = _ptx(pkg, program).read_text()
     ptx = parse_ptx(text)
     param = param_index(layer)[descriptor]
     copy = next(i for i in ptx.instrs if i.opcode.startswith("cp.async.bulk.tensor") and param in ptx.address_params(i))
     lines = text.split("\n")
     del lines[copy.line - 1]
-    _ptx(pkg).write_text("\n".join(lines))
+    _ptx(pkg, program).write_text("\n".join(lines))
 
 
 def kv_copy_dropped(pkg):
@@ -447,3 +449,82 @@ def test_a_kv_cache_is_described_as_its_token_rows_in_place():
     rows = token_rows(cache)
     assert rows.shape == (48, 16) and rows.data_ptr() == cache.data_ptr()
     assert torch.equal(rows[17, 8:], cache[1, 1, 1])  # block 1, slot 1, KV head 1
+
+
+# -- routed layers -------------------------------------------------------------------------------
+
+MOE_LAYER = "moe.r1t1.persistent"
+
+
+@pytest.fixture(scope="module")
+def routed(tmp_path_factory):
+    """The tiny Qwen3-MoE (a dense layer between two routed ones) with both layer kinds streaming:
+    (its recipe, its schedule table, its package)."""
+    from .conftest import compile_tiny
+
+    root = tmp_path_factory.mktemp("routed")
+    table = streaming_table(root / "sm_90.yaml", kinds=("layer", "moe"))
+    recipe, package = compile_tiny(root, "--schedule", str(table), config="tiny-qwen3-moe.json")
+    return recipe, table, package
+
+
+@pytest.fixture(scope="module")
+def routed_package(routed):
+    return routed[2]
+
+
+def test_a_routed_layer_streams_its_experts_once_routed(routed):
+    """The routed persistent programs are the streaming executor's: the expert stacks are read
+    through descriptors over their stacked rows (experts_up's boxes half a unit: an expert's gate
+    rows above its up rows), and the program allocates the slot table and the mbarrier the
+    loader waits on before the experts' units."""
+    from monobuild.compiler.emit import emit
+
+    recipe, table, package = routed
+    manifest = read_manifest(package)
+    moe = manifest.program(MOE_LAYER)
+    assert moe.executor == "gluon" and moe.block == 256
+    maps = {t.arg: t.box for t in moe.tensor_maps}
+    assert maps["w_experts_gate_up"] == (32, 64) and maps["w_experts_down"] == (64, 64)
+    assert maps["w_router"] == (64, 64)
+    assert {p.executor for p in manifest.programs if p.kind == "moe" and p.mode == "staged"} == {"triton"}
+    plan = plan_recipe(load_recipe(recipe), read_schedule(table)).program(MOE_LAYER)
+    up = next(op for op in plan.ops if op.name == "experts_up")
+    assert up.tasks == 4 * 2  # the 1-row band's 4 slots × 64 rows in tiles of 32
+    source = emit(plan).source
+    assert "slot_table = gl.allocate_shared_memory(gl.int32, [4]" in source
+    assert "mbarrier.init(routed_bar, count=1)" in source
+    assert "load_experts_up(pid, i, ring, ready, empty, slot_table, routed_bar," in source
+    dense = emit(plan_recipe(load_recipe(recipe), read_schedule(table)).program(LAYER)).source
+    assert "slot_table" not in dense  # a dense layer's program allocates no routing buffers
+
+
+def test_a_routed_streaming_package_keeps_every_contract(routed_package):
+    report = check_package(routed_package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
+def test_a_dropped_expert_copy_is_caught(routed_package, tmp_path):
+    """One of experts_up's gate/up copies deleted: its unit's barrier waits for bytes that never come (S2)."""
+    import shutil
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(routed_package, pkg)
+    _drop_copy(pkg, "w_experts_gate_up", MOE_LAYER)
+    rebuild_code(pkg, MOE_LAYER)
+    assert "S2" in {v.contract for v in check_package(pkg).violations if v.program == MOE_LAYER}
+
+
+def test_an_expert_stack_is_described_as_its_stacked_rows_in_place():
+    """A routed layer's descriptor reads [experts, rows, cols] as [experts · rows, cols], a view of
+    the engine's tensor; a stack that is not one block of memory is refused, not copied."""
+    import torch
+
+    from monobuild.runtime.tma import stacked_rows
+
+    stack = torch.arange(4 * 6 * 8, dtype=torch.float32).reshape(4, 6, 8)
+    rows = stacked_rows(stack)
+    assert rows.shape == (24, 8) and rows.data_ptr() == stack.data_ptr()
+    assert torch.equal(rows[2 * 6 + 5], stack[2, 5])
+    with pytest.raises(ValueError, match="not contiguous"):
+        stacked_rows(stack.transpose(1, 2))

@@ -15,7 +15,10 @@ chunks' ring, then forks:
   and returns the CTA's advanced place in the weight stream.
 
 Both sides derive the stream from the same op list, so they agree on every unit's slot and phase
-by construction: unit i is in slot i mod slots, completing phase (i div slots) mod 2.
+by construction: unit i is in slot i mod slots, completing phase (i div slots) mod 2. A routed
+layer's program also allocates the step's slot table (``slot_table``) and the mbarrier the compute
+warps arrive on once they have routed (``routed_bar``), which the loader waits on before the experts'
+units (``moe.py``): the one place where the stream depends on what the launch computes.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from monobuild.compiler.kernels.stream import (clock_end, clock_start, combine_op, grid_dependency_wait,
-                                               launch_dependents, load_kv, load_weights, norm_op, signal, step_target,
-                                               stream_attention, stream_attention_prefetch, stream_gemv, tile_smem,
-                                               wait)
+                                               launch_dependents, load_experts_down, load_experts_up, load_kv,
+                                               load_weights, norm_op, signal, step_target, stream_attention,
+                                               stream_attention_prefetch, stream_experts_down, stream_experts_up,
+                                               stream_gemv, tile_smem, wait)
 """
 
 
@@ -44,13 +48,24 @@ class Streamed:
     compute: str  # the compute warps' body: takes the rings (and the prefetch's result), returns the stream's place
     loader: str  # the loader's walk of the op's units
     prefetch: str | None = None  # what the compute warps load before the op's wait, if anything
+    routed: bool = False  # both functions also take the step's slot table and its mbarrier (ROUTING)
+
+    @property
+    def loader_head(self) -> tuple[str, ...]:
+        return LOADER_HEAD + (ROUTING if self.routed else ())
+
+    @property
+    def compute_head(self) -> tuple[str, ...]:
+        return COMPUTE_HEAD + (ROUTING if self.routed else ())
 
 
 #: A ring unit's element type: the projections' dtype (attention's KV tiles reinterpret the bytes).
 GL_DTYPES = {"bf16": "gl.bfloat16", "fp8e4nv": "gl.float8e4nv"}
 #: Triton-executor body → the streaming executor's functions for it.
 STREAMED = {"gemv_op": Streamed("stream_gemv", "load_weights"),
-            "attention_op": Streamed("stream_attention", "load_kv", "stream_attention_prefetch")}
+            "attention_op": Streamed("stream_attention", "load_kv", "stream_attention_prefetch"),
+            "experts_up_op": Streamed("stream_experts_up", "load_experts_up", routed=True),
+            "experts_down_op": Streamed("stream_experts_down", "load_experts_down", routed=True)}
 #: What each partition takes before the kernel's own arguments (the rings the kernel allocates).
 LOADER_RINGS = ("pid", "ring", "ready", "empty")
 COMPUTE_RINGS = (*LOADER_RINGS, "xring")
@@ -58,13 +73,29 @@ COMPUTE_RINGS = (*LOADER_RINGS, "xring")
 #: partition's rings and ``i``, the CTA's place in its weight stream (returned advanced).
 LOADER_HEAD = ("pid", "i", *LOADER_RINGS[1:])
 COMPUTE_HEAD = ("pid", "i", *COMPUTE_RINGS[1:])
+#: What a routed program's partitions and routed ops take besides: the slot table, its mbarrier.
+ROUTING = ("slot_table", "routed_bar")
 
 
-def _loader_source(spec: DriverSpec, loader_args: tuple[str, ...]) -> list[str]:
-    lines = ["", "", "@gluon.jit", f"def _loader({', '.join(LOADER_RINGS + loader_args)}):", "    i = 0"]
+def _routing_slots(spec: DriverSpec) -> int:
+    """The slot table's entries (its ops' SLOTS_P), 0 where no op is routed."""
+    for op in spec.ops:
+        if op.streamed is not None and STREAMED[_body_of(op)].routed:
+            return dict(op.body_args)["SLOTS_P"]
+    return 0
+
+
+def _body_of(op) -> str:
+    """The Triton executor's body an op call streams (its key in STREAMED)."""
+    return next(k for k, v in STREAMED.items() if v.compute == op.body)
+
+
+def _loader_source(spec: DriverSpec, rings: tuple[str, ...], loader_args: tuple[str, ...]) -> list[str]:
+    lines = ["", "", "@gluon.jit", f"def _loader({', '.join(rings + loader_args)}):", "    i = 0"]
     for op in spec.ops:
         if op.streamed is not None:
-            lines.append(f"    i = {_call(op.streamed[0], ', '.join(LOADER_HEAD), op.streamed[1])}")
+            head = STREAMED[_body_of(op)].loader_head
+            lines.append(f"    i = {_call(op.streamed[0], ', '.join(head), op.streamed[1])}")
     return lines
 
 
@@ -76,13 +107,13 @@ def _body(op, pre: str) -> str:
     """A streamed op's body takes the rings (and its prefetch's result) and returns the CTA's
     advanced place in the stream."""
     if op.streamed is not None:
-        head = ", ".join(COMPUTE_HEAD + ((pre,) if op.prefetch else ()))
+        head = ", ".join(STREAMED[_body_of(op)].compute_head + ((pre,) if op.prefetch else ()))
         return f"i = {_call(op.body, head, op.body_args)}"
     return _call(op.body, "pid, " + pre, op.body_args)
 
 
-def _compute_source(spec: DriverSpec, compute_args: tuple[str, ...]) -> list[str]:
-    lines = ["", "", "@gluon.jit", f"def _compute({', '.join(COMPUTE_RINGS + compute_args)}):", "    i = 0",
+def _compute_source(spec: DriverSpec, rings: tuple[str, ...], compute_args: tuple[str, ...]) -> list[str]:
+    lines = ["", "", "@gluon.jit", f"def _compute({', '.join(rings + compute_args)}):", "    i = 0",
              "    target = 0"]
     return lines + op_lines(spec, GLUON, _body)
 
@@ -107,7 +138,16 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
               "        mbarrier.init(ready.index(s), count=1)",
               "        mbarrier.init(empty.index(s), count=1)",
               f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_slots}, {ring.x_rows}, {ring.cols}], "
-              f"tile_smem({ring.x_rows}, {ring.cols}))",
-              f"    gl.warp_specialize([(_compute, ({', '.join(COMPUTE_RINGS + compute_args)})),",
-              f"                        (_loader, ({', '.join(LOADER_RINGS + loader_args)}))], [1], [{ring.loader_regs}])"]
-    return PRELUDE + "\n".join(_loader_source(spec, loader_args) + _compute_source(spec, compute_args) + kernel) + "\n"
+              f"tile_smem({ring.x_rows}, {ring.cols}))"]
+    slots = _routing_slots(spec)
+    routing = ROUTING if slots else ()
+    if slots:
+        kernel += [f"    slot_table = gl.allocate_shared_memory(gl.int32, [{slots}], "
+                   "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
+                   "    routed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",
+                   "    mbarrier.init(routed_bar, count=1)"]
+    loader_rings, compute_rings = LOADER_RINGS + routing, COMPUTE_RINGS + routing
+    kernel += [f"    gl.warp_specialize([(_compute, ({', '.join(compute_rings + compute_args)})),",
+               f"                        (_loader, ({', '.join(loader_rings + loader_args)}))], [1], [{ring.loader_regs}])"]
+    return PRELUDE + "\n".join(_loader_source(spec, loader_rings, loader_args)
+                               + _compute_source(spec, compute_rings, compute_args) + kernel) + "\n"
