@@ -7,7 +7,8 @@ Two executors run the same ops (``compiler/ops``) over the same regions and edge
 - **gluon** — the streaming executor for sm_90 (``compiler/kernels/stream``): a persistent layer
   program whose loader warp streams every GEMV's weights and attention's cached K and V (below
   the step's append positions: written by earlier steps, read-only for the launch) through a
-  shared-memory ring by TMA, ahead of the sync edges, while the compute warps run the ops.
+  shared-memory ring by TMA, ahead of the sync edges, while the compute warps run the ops; in a
+  routed layer, the chosen experts' weights too, once the compute warps have routed the band.
 
 A schedule entry turns the streaming executor on (``streaming: 1``). Where it is on, the
 layer's GEMVs are tiled for its units (16 weight rows a compute warp, in both modes, so that the

@@ -135,16 +135,17 @@ def test_a_deployment_of_other_dtypes_keeps_the_triton_executor(tiny_recipe, tmp
 
 
 def test_the_shipped_table_streams_the_layer_programs_it_was_measured_for(tiny_recipe):
-    """Llama-3.2-1B's, Qwen3-8B's and Qwen3-0.6B's 1-8-row persistent layer programs
-    (docs/PERFORMANCE.md); their 1×6 programs, the staged programs, the heads and every other
-    geometry keep Triton."""
+    """Llama-3.2-1B's, Qwen3-8B's and Qwen3-0.6B's 1-8-row persistent layer programs and
+    Qwen3-30B-A3B's routed ones (docs/PERFORMANCE.md); their 1×6 programs, the staged programs,
+    the heads and every other geometry keep Triton."""
     from .conftest import RECIPES
 
     paths = {p.stem: p for p in RECIPES.glob("*.yaml")}
-    for name in ("llama-3.2-1b-sm_90", "qwen3-8b-sm_90", "qwen3-0.6b-sm_90"):
+    for name, kind in (("llama-3.2-1b-sm_90", "layer"), ("qwen3-8b-sm_90", "layer"), ("qwen3-0.6b-sm_90", "layer"),
+                       ("qwen3-30b-a3b-sm_90", "moe")):
         plan = plan_recipe(load_recipe(paths[name]))
         gluon = {p.name for p in plan.programs if p.executor == "gluon"}
-        assert gluon == {f"layer.r{r}t1.persistent" for r in (1, 2, 4, 8)}, name
+        assert gluon == {f"{kind}.r{r}t1.persistent" for r in (1, 2, 4, 8)}, name
     assert {p.executor for p in plan_recipe(load_recipe(tiny_recipe()), load_schedule("sm_90")).programs} == {"triton"}
 
 
