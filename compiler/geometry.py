@@ -214,8 +214,8 @@ def geometry_from_config(cfg: dict, source: str) -> Geometry:
     head_dim = _positive(source, "head_dim", _field(cfg, source, "head_dim", int, default=hidden // q_heads))
     if q_heads % kv_heads:
         raise InputError(source, "num_key_value_heads", f"{kv_heads} does not divide {q_heads} query heads")
-    if head_dim % 16 or head_dim & (head_dim - 1):
-        raise InputError(source, "head_dim", f"must be a power of two ≥ 16, got {head_dim}")
+    if head_dim % 16:
+        raise InputError(source, "head_dim", f"must be a multiple of 16, got {head_dim}")
     intermediate = _field(cfg, source, "intermediate_size", int)
     for name, value in (("hidden_size", hidden), ("intermediate_size", intermediate)):
         if value % 64:

@@ -17,7 +17,7 @@ from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEd
 from . import derive, executor
 from .errors import InputError
 from .executor import Ring
-from .geometry import next_pow2
+from .geometry import is_pow2, next_pow2
 from .ops.dense import LayerShape, RoutedShape, layer_ops, layer_regions
 from .ops.head import HeadShape, embed_ops, head_ops, head_regions
 from .ops.moe import moe_layer_ops, moe_layer_regions
@@ -136,6 +136,12 @@ def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
 
 
 
+#: The widest head the streaming attention serves (its KV tiles share the weight ring and its warps'
+#: softmax states a fixed scratch, both sized for heads of at most 128 columns, a power of two); a wider
+#: head, or one of another size, runs on the Triton executor, which pads it.
+STREAM_HEAD_DIM = 128
+
+
 class Planner:
     """Turns a Recipe (and its target's schedule) into a Plan."""
 
@@ -243,6 +249,9 @@ class Planner:
             return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
         if self.recipe.geometry.kv_heads * self.recipe.geometry.head_dim % rows:
             return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
+        head_dim = self.recipe.geometry.head_dim
+        if not is_pow2(head_dim) or head_dim > STREAM_HEAD_DIM:
+            return False  # the Triton executor's attention pads any head; the streaming one is written for these
         return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
                 and dtypes.projection in executor.PROJECTIONS)
 
@@ -316,7 +325,7 @@ class Planner:
         bn = self._block_n(entry)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
-            "D": g.head_dim, "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
+            "D": g.head_dim, "DP": next_pow2(g.head_dim), "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
             "QP": max(16, next_pow2(g.group * band.tokens)), "TP": max(16, next_pow2(band.tokens)),
             "QK_NORM": g.qk_norm, "QKV_BIAS": g.qkv_bias, "BS": d.kv_cache.block_size,
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "WINDOW": g.sliding_window,

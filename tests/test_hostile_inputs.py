@@ -58,6 +58,7 @@ def _config(tmp_path, **edits):
     ({"hidden_size": 2**31}, "hidden_size"),
     ({"hidden_size": 65536, "intermediate_size": 65536}, "intermediate_size"),
     ({"head_dim": None, "hidden_size": 64, "num_attention_heads": 128, "num_key_value_heads": 128}, "head_dim"),
+    ({"head_dim": 72}, "head_dim"),  # not a multiple of 16
     ({"model_type": "mistral", "sliding_window": -4}, "sliding_window"),
     ({"model_type": "mistral", "sliding_window": "4096"}, "sliding_window"),
     ({"model_type": "mistral", "sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"]},
@@ -274,3 +275,4 @@ def test_mutated_manifests_are_refused_or_caught(tiny_package, tmp_path):
                  "a violation" if codes["check"] else "vouched for, unchanged"] += 1
     print(f"{MANIFEST_CASES} mutated manifests:", ", ".join(f"{n} {what}" for what, n in outcomes.items()))
     assert outcomes["refused by the reader"] and outcomes["a violation"], outcomes
+

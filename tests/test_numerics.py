@@ -69,6 +69,12 @@ CASES = [
     ("tiny-mistral-window.json", "fp32", 4, 1, [130, 20, 0, 41]),
     ("tiny-mistral-window.json", "bf16", 1, 6, [200]),
     ("tiny-mistral-window.json", "fp32", 2, 1, [300, 57], "persistent"),
+    # head_dims that are not powers of two (48 and 80; the attention pads them to 64 and 128): staged,
+    # a verify band, K splits, the persistent program
+    ("tiny-llama-hd48.json", "fp32", 2, 1, [77, 0]),
+    ("tiny-qwen3-hd80.json", "bf16", 1, 6, [130]),
+    ("tiny-qwen3-hd80.json", "fp32", 2, 1, [90, 17], "split_k"),
+    ("tiny-llama-hd48.json", "bf16", 2, 1, [50, 300], "persistent"),
     # FP8 checkpoints (block-scaled E4M3 projections, 32×64 and 64×128 blocks): the shipped
     # pipeline, the register double-buffer, K splits, the persistent program
     ("tiny-qwen3-fp8.json", "bf16", 2, 1, [60, 200]),

@@ -34,7 +34,7 @@ from monobuild.manifest import read_manifest
 from monobuild.runtime.params import ParamBlock
 from monobuild.runtime.tma import Descriptor
 
-from .conftest import rebuild_code
+from .conftest import DATA, rebuild_code
 
 LAYER = "layer.r1t1.persistent"
 #: the projection tensors a layer streams, each through a descriptor of its own (the engine's, read in place)
@@ -132,6 +132,17 @@ def test_a_deployment_of_other_dtypes_keeps_the_triton_executor(tiny_recipe, tmp
     recipe = load_recipe(tiny_recipe(dtype="fp32", kv_cache={"dtype": "fp32", "block_size": 16}))
     plan = plan_recipe(recipe, read_schedule(streaming_table(tmp_path / "sm_90.yaml")))
     assert plan.program(LAYER).executor == "triton"
+
+
+@pytest.mark.parametrize("head_dim", [48, 80, 256])
+def test_heads_the_streaming_attention_is_not_written_for_keep_the_triton_executor(tiny_recipe, tmp_path, head_dim):
+    """A head of another size than 16…128 columns and a power of two runs on the Triton executor,
+    which pads it (a served geometry is never refused for its head), even where the table streams."""
+    cfg = json.loads((DATA / "tiny-llama.json").read_text())
+    (tmp_path / "tiny-llama.json").write_text(json.dumps(dict(cfg, head_dim=head_dim)))
+    plan = plan_recipe(load_recipe(tiny_recipe()), read_schedule(streaming_table(tmp_path / "sm_90.yaml")))
+    assert plan.program(LAYER).executor == "triton"
+    assert plan.program(LAYER).param("DP") == 1 << (head_dim - 1).bit_length()
 
 
 def test_the_shipped_table_streams_the_layer_programs_it_was_measured_for(tiny_recipe):

@@ -12,32 +12,33 @@ loads the next task's as it ends.
 import triton
 import triton.language as tl
 
-from .common import load_parts, mm, trans_last
+from .common import head_cols, load_head_vector, load_parts, mm, trans_last
 
 
 @triton.jit
 def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr, row_off, col0, pos, rope_ptr, norm_ptr,
-               valid, D: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
+               valid, D: tl.constexpr, DP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
     """Rows of q or k heads from the raw qkv buffer (PARTS split-K partials), q/k-normed (Qwen3)
     and rotated (RoPE).
 
     ``row_off[i]`` is the element offset of row i's token in qkv, ``col0[i]`` its head's first
     column, ``pos[i]`` its position. rotate_half pairs column d with d ± D/2, so the partner
-    columns are loaded directly instead of shuffled.
+    columns are loaded directly instead of shuffled. The rows are DP (a power of two) wide: a
+    head_dim below it reads its padding as zeros, which the norm and the rotation keep zeros.
     """
     HALF: tl.constexpr = D // 2
-    d = tl.arange(0, D)
+    d = tl.arange(0, DP)
     partner = (d + HALF) % D
-    x = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + d[None, :], valid[:, None], PARTS, PART_STRIDE)
-    xp = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + partner[None, :], valid[:, None], PARTS,
-                    PART_STRIDE)
+    mask = head_cols(valid[:, None], d[None, :], D, DP)
+    x = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + d[None, :], mask, PARTS, PART_STRIDE)
+    xp = load_parts(raw_ptr + row_off[:, None] + col0[:, None] + partner[None, :], mask, PARTS, PART_STRIDE)
     if QK_NORM:
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=1) / D + EPS)
-        x = x * rstd[:, None] * tl.load(norm_ptr + d).to(tl.float32)[None, :]
-        xp = xp * rstd[:, None] * tl.load(norm_ptr + partner).to(tl.float32)[None, :]
+        x = x * rstd[:, None] * load_head_vector(norm_ptr, d, D, DP).to(tl.float32)[None, :]
+        xp = xp * rstd[:, None] * load_head_vector(norm_ptr, partner, D, DP).to(tl.float32)[None, :]
     freq = d % HALF
-    cos = tl.load(rope_ptr + pos[:, None] * D + freq[None, :], mask=valid[:, None], other=1.0)
-    sin = tl.load(rope_ptr + pos[:, None] * D + HALF + freq[None, :], mask=valid[:, None], other=0.0)
+    cos = tl.load(rope_ptr + pos[:, None] * D + freq[None, :], mask=mask, other=1.0)
+    sin = tl.load(rope_ptr + pos[:, None] * D + HALF + freq[None, :], mask=mask, other=0.0)
     sign = tl.where(d < HALF, -1.0, 1.0)
     return x * cos + sign[None, :] * xp * sin
 
@@ -57,12 +58,13 @@ def _softmax_update(scores, values, m_i, l_i, acc, DOT_IEEE: tl.constexpr):
 
 @triton.jit
 def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, t, end, cached, seen, h, NKV: tl.constexpr, D: tl.constexpr,
-             BS: tl.constexpr, WINDOW: tl.constexpr):
+             DP: tl.constexpr, BS: tl.constexpr, WINDOW: tl.constexpr):
     """K and V [..., D] of the cached tokens p0 · BS + t (t: the tile's token offsets, of any shape)
     of one row's block table (``table_ptr``), KV head h, those in pages past ``end`` masked;
     which of them are in the context (with a sliding window, from ``seen``, the first position
-    any query of the row sees: an engine may have reused the slots before it); and their positions."""
-    d = tl.arange(0, D)
+    any query of the row sees: an engine may have reused the slots before it); and their positions.
+    The rows are DP wide (``_rope_rows``)."""
+    d = tl.arange(0, DP)
     page = p0 + t // BS
     block = tl.load(table_ptr + page, mask=page < end, other=0).to(tl.int64)
     slot = (block * BS + t % BS) * NKV + h
@@ -73,8 +75,9 @@ def _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, t, end, cached, seen, h, N
     if WINDOW > 0:
         in_context = in_context & (token >= seen)
     row = tl.expand_dims(slot, -1) * D
-    k = tl.load(k_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
-    v = tl.load(v_cache_ptr + row + d, mask=tl.expand_dims(in_context, -1), other=0.0)
+    mask = head_cols(tl.expand_dims(in_context, -1), d, D, DP)
+    k = tl.load(k_cache_ptr + row + d, mask=mask, other=0.0)
+    v = tl.load(v_cache_ptr + row + d, mask=mask, other=0.0)
     return k, v, in_context, token
 
 
@@ -92,7 +95,8 @@ def _attend_tile(q, k, v, in_context, token, lo, m_i, l_i, acc, WINDOW: tl.const
 
 @triton.jit
 def _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, seen, h,
-                  NKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
+                  NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                  BS: tl.constexpr, KT: tl.constexpr, KV_STAGES: tl.constexpr,
                   WINDOW: tl.constexpr, DOT_IEEE: tl.constexpr):
     """Online-softmax attention of q over the cached pages [first, end) of one row's block table,
     KV head h, from the state (m_i, l_i, acc): KT tokens (KT / BS pages) per iteration (one page
@@ -103,14 +107,14 @@ def _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, fir
     (KV_STAGES − 1) // 2 K/V tiles in flight (3 → 1, 5 → 2, 7 → 3; read in the TTGIR)."""
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
         k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tl.arange(0, KT), end, cached,
-                                           seen, h, NKV, D, BS, WINDOW)
+                                           seen, h, NKV, D, DP, BS, WINDOW)
         m_i, l_i, acc = _attend_tile(q, k, v, in_context, token, lo, m_i, l_i, acc, WINDOW, DOT_IEEE)
     return m_i, l_i, acc
 
 
 @triton.jit
 def _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr, first, end, cached, seen, h,
-                       NKV: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
+                       NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr,
                        KV_STAGES: tl.constexpr, SUB: tl.constexpr, WINDOW: tl.constexpr, DOT_IEEE: tl.constexpr):
     """``_attend_pages`` with each KT-token tile cut into SUB sub-tiles of KT / SUB consecutive
     tokens, sub-tile w feeding online-softmax state w, merged into (m_i, l_i, acc) once after the
@@ -126,11 +130,11 @@ def _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr
     3.70 → 3.50 ms, docs/PERFORMANCE.md)."""
     QP: tl.constexpr = q.shape[0]
     ST: tl.constexpr = KT // SUB
-    q3 = tl.broadcast_to(q[None, :, :], (SUB, QP, D))
+    q3 = tl.broadcast_to(q[None, :, :], (SUB, QP, DP))
     lo3 = tl.broadcast_to(lo[None, :], (SUB, QP))
     m3 = tl.full([SUB, QP], float("-inf"), tl.float32)
     l3 = tl.zeros([SUB, QP], tl.float32)
-    acc3 = tl.zeros([SUB, QP, D], tl.float32)
+    acc3 = tl.zeros([SUB, QP, DP], tl.float32)
     tok = tl.arange(0, SUB)[:, None] * ST + tl.arange(0, ST)[None, :]  # [SUB, ST]: token of the tile
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
         k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tok, end, cached, seen, h, NKV, D,
@@ -174,7 +178,8 @@ def _walks_long_tiles(per_split, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl
 
 @triton.jit
 def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                 TASKS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+                 TASKS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                 TOKENS: tl.constexpr,
                  SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr, QP: tl.constexpr,
                  TP: tl.constexpr, WINDOW: tl.constexpr):
     """What an attention task reads that the qkv stage does not write, so a CTA loads it before
@@ -195,7 +200,7 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
     cached, first, end, per_split, seen = _split_pages(ctx, s, TOKENS, SPLITS, BS, WINDOW)
     end = tl.where(_walks_long_tiles(per_split, BS, KT, LONG_KT), first, tl.minimum(end, first + KT // BS))
     k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, block_tables_ptr + b * bt_stride, first,
-                                       tl.arange(0, KT), end, cached, seen, h, NKV, D, BS, WINDOW)
+                                       tl.arange(0, KT), end, cached, seen, h, NKV, D, DP, BS, WINDOW)
     if WINDOW == 0:  # nothing reads the positions: not carried from task to task
         token = 0
     return ctx, q_pos, n_pos, k, v, in_context, token
@@ -205,7 +210,7 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
 def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv_ptr, QKV_PARTS: tl.constexpr,
                rope_ptr,
                q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
-               M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr,
+               M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
                TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
                TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
@@ -230,7 +235,7 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv
     q_valid = (i < GROUP * TOKENS) & live
     q_tok = b * TOKENS + i % TOKENS
     q = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, q_tok * NQKV, (h * GROUP + i // TOKENS) * D, q_pos, rope_ptr,
-                   q_norm_ptr, q_valid, D, QK_NORM, EPS)
+                   q_norm_ptr, q_valid, D, DP, QK_NORM, EPS)
     q = (q * (1.0 / tl.sqrt(float(D)))).to(kv_dtype)
 
     # The step's own tokens j' of row b: K (normed, rotated) and V, rounded as the cache stores them.
@@ -238,10 +243,11 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv
     n_valid = (jn < TOKENS) & live
     n_tok = b * TOKENS + jn
     k_new = _rope_rows(qkv_ptr, QKV_PARTS, M * NQKV, n_tok * NQKV, (NQ + h) * D + jn * 0, n_pos, rope_ptr,
-                       k_norm_ptr, n_valid, D, QK_NORM, EPS).to(kv_dtype)
-    d = tl.arange(0, D)
-    v_new = load_parts(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :],
-                       n_valid[:, None], QKV_PARTS, M * NQKV).to(kv_dtype)
+                       k_norm_ptr, n_valid, D, DP, QK_NORM, EPS).to(kv_dtype)
+    d = tl.arange(0, DP)
+    n_cols = head_cols(n_valid[:, None], d[None, :], D, DP)
+    v_new = load_parts(qkv_ptr + n_tok[:, None] * NQKV + (NQ + NKV + h) * D + d[None, :], n_cols, QKV_PARTS,
+                       M * NQKV).to(kv_dtype)
 
     # This split's share of the cached positions. A split long enough for a LONG_KT tile walks
     # them LONG_KT tokens per iteration (long tiles measure faster at long contexts and slower at
@@ -250,21 +256,21 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv
     # from the empty state: attending to the caller's (empty) tile first cost 2% where it ran.
     m_i = tl.full([QP], float("-inf"), tl.float32)
     l_i = tl.zeros([QP], tl.float32)
-    acc = tl.zeros([QP, D], tl.float32)
+    acc = tl.zeros([QP, DP], tl.float32)
     table = block_tables_ptr + b * bt_stride
     rest = first + KT // BS
     if LONG_KT > KT and _walks_long_tiles(per_split, BS, KT, LONG_KT):
         if KV_SUB > 1:
             m_i, l_i, acc = _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end,
-                                               cached, seen, h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, KV_SUB, WINDOW,
+                                               cached, seen, h, NKV, D, DP, BS, LONG_KT, LONG_KV_STAGES, KV_SUB, WINDOW,
                                                DOT_IEEE)
         else:
             m_i, l_i, acc = _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, first, end, cached,
-                                          seen, h, NKV, D, BS, LONG_KT, LONG_KV_STAGES, WINDOW, DOT_IEEE)
+                                          seen, h, NKV, D, DP, BS, LONG_KT, LONG_KV_STAGES, WINDOW, DOT_IEEE)
     else:
         m_i, l_i, acc = _attend_tile(q, k_first, v_first, in_first, t_first, lo, m_i, l_i, acc, WINDOW, DOT_IEEE)
         m_i, l_i, acc = _attend_pages(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table, rest, end, cached, seen,
-                                      h, NKV, D, BS, KT, KV_STAGES, WINDOW, DOT_IEEE)
+                                      h, NKV, D, DP, BS, KT, KV_STAGES, WINDOW, DOT_IEEE)
 
     if s == SPLITS - 1:  # the last split also attends to the step's own tokens, causally
         scores = mm(q, k_new, DOT_IEEE)
@@ -276,31 +282,33 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv
 
     out = (q_tok * NQ + h * GROUP + i // TOKENS) * SPLITS + s
     row_ok = i < GROUP * TOKENS
-    tl.store(part_acc_ptr + out[:, None] * D + d[None, :], acc, mask=row_ok[:, None])
+    tl.store(part_acc_ptr + out[:, None] * D + d[None, :], acc, mask=head_cols(row_ok[:, None], d[None, :], D, DP))
     tl.store(part_ml_ptr + out * 2, m_i, mask=row_ok)
     tl.store(part_ml_ptr + out * 2 + 1, l_i, mask=row_ok)
 
     if s == 0:  # append the new K/V; a dead row (context 0) stores nothing
         page = tl.load(block_tables_ptr + b * bt_stride + n_pos // BS, mask=n_valid, other=0).to(tl.int64)
         slot = (page * BS + n_pos % BS) * NKV + h
-        tl.store(k_cache_ptr + slot[:, None] * D + d[None, :], k_new, mask=n_valid[:, None])
-        tl.store(v_cache_ptr + slot[:, None] * D + d[None, :], v_new, mask=n_valid[:, None])
+        tl.store(k_cache_ptr + slot[:, None] * D + d[None, :], k_new, mask=n_cols)
+        tl.store(v_cache_ptr + slot[:, None] * D + d[None, :], v_new, mask=n_cols)
 
 
 @triton.jit
 def attention_prefetch(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                       ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+                       ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                       TOKENS: tl.constexpr,
                        SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                        QP: tl.constexpr, TP: tl.constexpr, WINDOW: tl.constexpr):
     """The CTA's first task's inputs that the qkv op does not write (``_task_inputs``)."""
     return _task_inputs(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                        ROWS * NKV * SPLITS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)
+                        ROWS * NKV * SPLITS, NQ, NKV, D, DP, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)
 
 
 @triton.jit
 def attention_op(pid, pre, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr,
                  v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
-                 ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, TOKENS: tl.constexpr,
+                 ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                 TOKENS: tl.constexpr,
                  SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                  KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
                  TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
@@ -313,8 +321,8 @@ def attention_op(pid, pre, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_pt
     for task in tl.range(pid, TASKS, G, num_stages=1):
         _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv_ptr, QKV_PARTS, rope_ptr,
                    q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr,
-                   part_ml_ptr, ROWS * TOKENS, NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES,
+                   part_ml_ptr, ROWS * TOKENS, NQ, NKV, D, DP, TOKENS, SPLITS, BS, KT, LONG_KT, KV_STAGES, LONG_KV_STAGES,
                    KV_SUB, QP, TP, QK_NORM, EPS, DOT_IEEE, WINDOW)
         ctx, q_pos, n_pos, k_first, v_first, in_first, t_first = _task_inputs(
             task + G, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, TASKS,
-            NQ, NKV, D, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)
+            NQ, NKV, D, DP, TOKENS, SPLITS, BS, KT, LONG_KT, QP, TP, WINDOW)

@@ -29,6 +29,35 @@ def load_parts(ptrs, mask, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr):
 
 
 @triton.jit
+def head_cols(mask, d, D: tl.constexpr, DP: tl.constexpr):
+    """``mask`` limited to a head's D columns, where the columns ``d`` run to DP, the power of two
+    that pads a head_dim of another size; unchanged where DP is D, so a power-of-two head keeps
+    the loads and stores it had (unmasked along d, vectorised)."""
+    if DP > D:
+        return mask & (d < D)
+    else:
+        return mask
+
+
+@triton.jit
+def load_head_vector(ptr, d, D: tl.constexpr, DP: tl.constexpr):
+    """A head's D-element vector (a q/k norm's weights) at the columns ``d`` (``head_cols``), zeros past D."""
+    if DP > D:
+        return tl.load(ptr + d, mask=d < D, other=0.0)
+    else:
+        return tl.load(ptr + d)
+
+
+@triton.jit
+def store_head_vector(ptr, d, value, D: tl.constexpr, DP: tl.constexpr):
+    """Store a head's D-element vector from ``value`` at the columns ``d`` (``head_cols``)."""
+    if DP > D:
+        tl.store(ptr + d, value, mask=d < D)
+    else:
+        tl.store(ptr + d, value)
+
+
+@triton.jit
 def segment_rows(rows, SEGMENTS: tl.constexpr, SEG1: tl.constexpr, SEG2: tl.constexpr):
     """Each row of a weight held as SEGMENTS tensors stacked by rows (q, k, v; gate, up), the
     second starting at row SEG1 and the third at SEG2: its row within its own tensor."""

@@ -246,7 +246,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
          ("context_lens_ptr", tensor("context_lens", "i32", "step_input")),
          ("positions_ptr", tensor("positions", "i32", "step_input")),
          ("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]),
-         *((k, p[k]) for k in ("ROWS", "NQ", "NKV", "D", "TOKENS", "SPLITS", "BS", "KT", "LONG_KT", "KV_STAGES",
+         *((k, p[k]) for k in ("ROWS", "NQ", "NKV", "D", "DP", "TOKENS", "SPLITS", "BS", "KT", "LONG_KT", "KV_STAGES",
                                "LONG_KV_STAGES", "KV_SUB", "QP", "TP", "QK_NORM", "EPS", "DOT_IEEE", "WINDOW")),
          ("G", s.grid)),
         writes=(r["k_cache"], r["v_cache"], r["part_acc"], r["part_ml"]), reads=("qkv", "k_cache", "v_cache"),
@@ -257,7 +257,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     ops.append(Op(
         "combine", "combine_op", None, m * s.q_heads, "(token row, query head): merge split partials",
         (("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]), ("attn_out_ptr", arg["attn_out"]),
-         ("M", m), ("NQ", s.q_heads), ("D", d), ("SPLITS", s.splits), ("SP", p["SP"]), ("G", s.grid)),
+         ("M", m), ("NQ", s.q_heads), ("D", d), ("DP", p["DP"]), ("SPLITS", s.splits), ("SP", p["SP"]), ("G", s.grid)),
         writes=(r["attn_out"],), reads=("part_acc", "part_ml"),
         needs=(Need("part_acc", "the head's splits"), Need("part_ml", "the head's splits"))))
 
