@@ -27,6 +27,7 @@ MODES = ("persistent", "staged")
 MAX_ROWS = 16  # rows × tokens of one step: the programs pad the row dimension to 16
 MAX_SM_COUNT = 1024  # SMs or CUs of one device: the grid is a multiple of it
 MAX_CONTEXT = 1 << 20  # tokens per row: the runtime's RoPE table holds a row per position
+MAX_QUERY_ROWS = 128  # an attention task's query rows, its GQA group × tokens (Qwen3-235B-A22B's 16 × 6 = 96)
 
 
 @dataclass(frozen=True)
@@ -206,8 +207,8 @@ def load_recipe(path: str | Path) -> Recipe:
 def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
     if d.max_context > g.max_positions:
         raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
-    if g.group * max(b.tokens for b in d.bands) > 64:
-        raise Refusal(src, "GQA group × verify tokens exceeds 64 query rows per attention task")
+    if g.group * max(b.tokens for b in d.bands) > MAX_QUERY_ROWS:
+        raise Refusal(src, f"GQA group × verify tokens exceeds {MAX_QUERY_ROWS} query rows per attention task")
     if g.experts is not None and d.quant is not None:
         raise Refusal(src, "an FP8 checkpoint of a mixture-of-experts model: the routed experts' GEMVs read bf16 or "
                            "fp16 weights only so far (the dense projections' FP8 path does not cover them)")

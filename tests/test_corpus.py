@@ -14,10 +14,8 @@ from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 
 CONFIGS = sorted((Path(__file__).parent / "data" / "configs").glob("*.json"))
-# model → the reason it is refused, while a feature it needs is not served: Qwen3-235B-A22B's GQA
-# group of 16 query heads a KV head takes 96 query rows in a 1 × 6 verify band's attention task,
-# past the 64 one task holds (its 1- and 8-row bands plan)
-NOT_YET: dict[str, str] = {"qwen3-235b-a22b": "GQA group × verify tokens exceeds 64 query rows"}
+# model → the reason it is refused, while a feature it needs is not served (none now)
+NOT_YET: dict[str, str] = {}
 
 
 def test_the_corpus_covers_the_families():

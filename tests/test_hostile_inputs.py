@@ -276,3 +276,9 @@ def test_mutated_manifests_are_refused_or_caught(tiny_package, tmp_path):
     print(f"{MANIFEST_CASES} mutated manifests:", ", ".join(f"{n} {what}" for what, n in outcomes.items()))
     assert outcomes["refused by the reader"] and outcomes["a violation"], outcomes
 
+
+def test_a_verify_band_past_an_attention_tasks_query_rows_is_refused(tiny_recipe, tmp_path):
+    """A GQA group of 32 × 6 verify tokens is 192 query rows, past the 128 an attention task holds."""
+    _config(tmp_path, num_attention_heads=32, num_key_value_heads=1, head_dim=32)
+    result = _plan(tiny_recipe(verify={"rows": 1, "tokens": 6}))
+    assert result.exit_code == 2 and "exceeds 128 query rows" in result.output

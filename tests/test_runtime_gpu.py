@@ -5,7 +5,8 @@ Marked ``gpu``; skipped without a CUDA device or without packages. Point
 elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``); the FP8 tests
 also want ``qwen3-8b-fp8-sm_90/sm_90`` there, the routed (mixture-of-experts) tests
 ``qwen3-moe-mixed-sm_90/sm_90`` (``tests/data/qwen3-moe-mixed-sm_90.yaml``: Qwen3-30B-A3B's layers,
-four of them, the second dense), and skip without them.
+four of them, the second dense), the widest GQA group's ``qwen3-235b-layers-sm_90/sm_90``
+(``tests/data/qwen3-235b-layers-sm_90.yaml``), and skip without them.
 
 Each step is checked against the float64 reference over the same weights and caches. The bound
 on its logits' error is stated relative to the framework's own bf16 error (the same reference
@@ -40,6 +41,7 @@ from monobuild.runtime.buffers import StepInputs  # noqa: E402
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
 FP8 = Path(PACKAGES) / "qwen3-8b-fp8-sm_90" / "sm_90"
 MOE = Path(PACKAGES) / "qwen3-moe-mixed-sm_90" / "sm_90"
+WIDE_GQA = Path(PACKAGES) / "qwen3-235b-layers-sm_90" / "sm_90"
 
 
 @pytest.fixture(scope="module")
@@ -98,6 +100,17 @@ def test_routed_step_matches_reference(moe, mode, rows, tokens):
     under the same bound as bf16's; each routed layer's record holds the union of the experts the
     reference's live rows chose, wherever their top-k margins decide it."""
     _check_step_against_reference(*moe, mode, rows, tokens)
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("rows,tokens", [(1, 1), (1, 6)])
+def test_a_gqa_group_of_16_in_a_verify_band_matches_reference(mode, rows, tokens):
+    """Qwen3-235B-A22B's layers: 16 query heads a KV head, so the 1 × 6 band's attention tasks hold
+    96 query rows (padded to 128) against the float64 reference."""
+    if not (WIDE_GQA / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-235b-layers-sm_90/sm_90")
+    pkg = runtime.load(WIDE_GQA)
+    _check_step_against_reference(pkg, pkg.bind_weights(random_state_dict(pkg, seed=4)), mode, rows, tokens)
 
 
 def test_routing_ties_as_torch_topk_on_the_gpu():
