@@ -75,6 +75,7 @@ CASES = [
     ("tiny-qwen3-hd80.json", "bf16", 1, 6, [130]),
     ("tiny-qwen3-hd80.json", "fp32", 2, 1, [90, 17], "split_k"),
     ("tiny-llama-hd48.json", "bf16", 2, 1, [50, 300], "persistent"),
+    ("tiny-qwen3-hd80.json", "bf16", 2, 1, [45, 400], "long_kv_sub"),
     # a GQA group of 16 in a 1 × 6 verify band: 96 query rows a task (Qwen3-235B-A22B's), padded to 128
     ("tiny-qwen3-gqa16.json", "bf16", 1, 6, [140]),
     ("tiny-qwen3-gqa16.json", "fp32", 1, 6, [70], "persistent"),

@@ -138,7 +138,7 @@ def _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr
     tok = tl.arange(0, SUB)[:, None] * ST + tl.arange(0, ST)[None, :]  # [SUB, ST]: token of the tile
     for p0 in tl.range(first, end, KT // BS, num_stages=KV_STAGES):
         k, v, in_context, token = _kv_tile(k_cache_ptr, v_cache_ptr, table_ptr, p0, tok, end, cached, seen, h, NKV, D,
-                                           BS, WINDOW)
+                                           DP, BS, WINDOW)
         m3, l3, acc3 = _attend_tile(q3, k, v, in_context, token, lo3, m3, l3, acc3, WINDOW, DOT_IEEE)
     # Merge the SUB states and the incoming one.
     m_new = tl.maximum(m_i, tl.max(m3, axis=0))
