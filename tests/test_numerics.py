@@ -70,7 +70,7 @@ CASES = [
     ("tiny-mistral-window.json", "bf16", 1, 6, [200]),
     ("tiny-mistral-window.json", "fp32", 2, 1, [300, 57], "persistent"),
     # head_dims that are not powers of two (48 and 80; the attention pads them to 64 and 128): staged,
-    # a verify band, K splits, the persistent program
+    # a verify band, K splits, the persistent program, the long-tile walk in sub-streams
     ("tiny-llama-hd48.json", "fp32", 2, 1, [77, 0]),
     ("tiny-qwen3-hd80.json", "bf16", 1, 6, [130]),
     ("tiny-qwen3-hd80.json", "fp32", 2, 1, [90, 17], "split_k"),
