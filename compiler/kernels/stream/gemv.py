@@ -65,17 +65,19 @@ def _load_unit(i, ring, ready, empty, w_ptr, row, col):
 
 
 @gluon.jit
-def _load_halves(i, ring, ready, empty, w_ptr, w2_ptr, row, col):
-    """Unit i of a gated op: rows [row, row + BN/2) of ``w_ptr`` (gate) above the same rows of
-    ``w2_ptr`` (up), columns [col, col + BK), into slot i mod SLOTS once it is free."""
+def load_halves(i, ring, ready, empty, top_ptr, top_row, bottom_ptr, bottom_row, col):
+    """Unit i of a gated op, two boxes of half a unit's rows: rows from ``top_row`` of ``top_ptr``
+    (gate) above rows from ``bottom_row`` of ``bottom_ptr`` (up), columns [col, col + BK), into
+    slot i mod SLOTS once it is free. A dense gated GEMV's halves are the same rows of two
+    tensors; a routed expert's, two row blocks of one stack (``moe.py``)."""
     SLOTS: gl.constexpr = ring.shape[0]
     TN: gl.constexpr = ring.shape[1] // 2
     slot = i % SLOTS
     mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
-    mbarrier.expect(ready.index(slot), 2 * w_ptr.block_type.nbytes)
+    mbarrier.expect(ready.index(slot), 2 * top_ptr.block_type.nbytes)
     unit = ring.index(slot)
-    tma.async_copy_global_to_shared(w_ptr, [row, col], ready.index(slot), unit.slice(0, TN, 0))
-    tma.async_copy_global_to_shared(w2_ptr, [row, col], ready.index(slot), unit.slice(TN, TN, 0))
+    tma.async_copy_global_to_shared(top_ptr, [top_row, col], ready.index(slot), unit.slice(0, TN, 0))
+    tma.async_copy_global_to_shared(bottom_ptr, [bottom_row, col], ready.index(slot), unit.slice(TN, TN, 0))
     return i + 1
 
 
@@ -105,7 +107,7 @@ def load_weights(pid, i, ring, ready, empty, w_ptr, w2_ptr, w3_ptr, N: gl.conste
         k0 = (task // TILES) * KS
         if HALVES:
             for c in range(CHUNKS):
-                i = _load_halves(i, ring, ready, empty, w_ptr, w2_ptr, row, k0 + c * BK)
+                i = load_halves(i, ring, ready, empty, w_ptr, row, w2_ptr, row, k0 + c * BK)
         elif GATED:
             for c in range(CHUNKS):
                 i = _load_unit(i, ring, ready, empty, w_ptr, row, k0 + c * BK)

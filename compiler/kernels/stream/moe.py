@@ -28,10 +28,10 @@ dense GEMV's (``gemv.py``), through L2 only.
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy
-from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
+from triton.experimental.gluon.language.nvidia.hopper import mbarrier
 
 from .attention import _parts
-from .gemv import _consume, _gated_rows, _load_unit, _store_tile
+from .gemv import _consume, _gated_rows, _load_unit, _store_tile, load_halves
 from .layouts import cols_layout, mma_rows, operand, rows_layout
 
 
@@ -98,21 +98,6 @@ def _expert(table, slot, s):
 
 
 @gluon.jit
-def _load_gate_up(i, ring, ready, empty, w_ptr, gate_row, up_row, col):
-    """Unit i of experts_up: TN rows of the stack from ``gate_row`` above TN rows from ``up_row``,
-    columns [col, col + BK), into slot i mod SLOTS once it is free."""
-    SLOTS: gl.constexpr = ring.shape[0]
-    TN: gl.constexpr = ring.shape[1] // 2
-    slot = i % SLOTS
-    mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
-    mbarrier.expect(ready.index(slot), 2 * w_ptr.block_type.nbytes)
-    unit = ring.index(slot)
-    tma.async_copy_global_to_shared(w_ptr, [gate_row, col], ready.index(slot), unit.slice(0, TN, 0))
-    tma.async_copy_global_to_shared(w_ptr, [up_row, col], ready.index(slot), unit.slice(TN, TN, 0))
-    return i + 1
-
-
-@gluon.jit
 def load_experts_up(pid, i, ring, ready, empty, slot_table, routed_bar, w_ptr, INTER: gl.constexpr, K: gl.constexpr,
                     BN: gl.constexpr, BK: gl.constexpr, SLOTS_P: gl.constexpr, G: gl.constexpr):
     """The loader's walk of experts_up, once the compute warps have routed (``routed``): every
@@ -128,7 +113,7 @@ def load_experts_up(pid, i, ring, ready, empty, slot_table, routed_bar, w_ptr, I
     for task in range(pid, n * TILES, G):
         gate_row = _expert(table, task // TILES, s) * (2 * INTER) + (task % TILES) * TN
         for c in range(CHUNKS):
-            i = _load_gate_up(i, ring, ready, empty, w_ptr, gate_row, gate_row + INTER, c * BK)
+            i = load_halves(i, ring, ready, empty, w_ptr, gate_row, w_ptr, gate_row + INTER, c * BK)
     return i
 
 
