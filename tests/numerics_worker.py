@@ -206,16 +206,21 @@ def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, table
     """Set a verify band's drafts so that the float64 reference accepts a chosen number of each
     row's (from 0 to all, by the seed and the row): draft j + 1 is the reference's id after token
     j (its greedy id, or with ``sampling`` its draw), one draft at a time (each depends on the
-    ones before it); returns the numbers chosen."""
+    ones before it), and the draft after them is one the reference rejects (a random draft may
+    happen to be its id); returns the numbers chosen."""
     rows, tokens = case["rows"], case["tokens"]
     wanted = [(case["seed"] + b) % tokens for b in range(rows)]
     for b, n in enumerate(wanted):
-        for j in range(n):
+        for j in range(min(n + 1, tokens - 1)):
             ref = reference_step(g, weights, [c.clone() for c in k_caches], [c.clone() for c in v_caches], ids,
                                  positions, tables, ctx, tokens)
             m = b * tokens + j
-            ids[m + 1] = (ref[m].argmax() if sampling is None
-                          else _reference_draw(ref[m], sampling, b, int(positions[m]))[0])
+            want = int(ref[m].argmax() if sampling is None
+                       else _reference_draw(ref[m], sampling, b, int(positions[m]))[0])
+            if j < n:
+                ids[m + 1] = want
+            elif int(ids[m + 1]) == want:
+                ids[m + 1] = (want + 1) % g.vocab
     return wanted
 
 
