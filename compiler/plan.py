@@ -134,8 +134,6 @@ def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
     return best
 
 
-
-
 #: The widest head the streaming attention serves (its KV tiles share the weight ring and its warps'
 #: softmax states a fixed scratch, both sized for heads of at most 128 columns, a power of two); a wider
 #: head, or one of another size, runs on the Triton executor, which pads it.
@@ -229,7 +227,8 @@ class Planner:
     def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
-        hold whole tiles, k and v whole tiles); the table must not ask for it where it cannot be."""
+        hold whole tiles, k and v whole tiles, heads of a power of two up to ``STREAM_HEAD_DIM``);
+        the table must not ask for it where it cannot be."""
         if not entry.streaming:
             return False
         d = self.recipe.deployment
