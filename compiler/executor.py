@@ -43,6 +43,10 @@ GEMV_BODY, ATTENTION_BODY = "gemv_op", "attention_op"  # the ops whose inputs th
 EXPERTS_UP_BODY, EXPERTS_DOWN_BODY = "experts_up_op", "experts_down_op"  # and a routed layer's, once routed
 DTYPE = "bf16"  # the dtype of the activations, norms and KV cache the streaming programs are written for
 PROJECTIONS = ("bf16", "fp8e4nv")  # the projection weights' dtypes they stream
+#: The widest head the streaming attention serves (its KV tiles share the weight ring and its warps'
+#: softmax states a fixed scratch, both sized for heads of at most 128 columns, a power of two); a wider
+#: head, or one of another size, runs on the Triton executor, which pads it.
+HEAD_DIM = 128
 
 
 @dataclass(frozen=True)

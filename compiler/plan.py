@@ -134,12 +134,6 @@ def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
     return best
 
 
-#: The widest head the streaming attention serves (its KV tiles share the weight ring and its warps'
-#: softmax states a fixed scratch, both sized for heads of at most 128 columns, a power of two); a wider
-#: head, or one of another size, runs on the Triton executor, which pads it.
-STREAM_HEAD_DIM = 128
-
-
 class Planner:
     """Turns a Recipe (and its target's schedule) into a Plan."""
 
@@ -227,7 +221,7 @@ class Planner:
     def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
         """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
-        hold whole tiles, k and v whole tiles, heads of a power of two up to ``STREAM_HEAD_DIM``);
+        hold whole tiles, k and v whole tiles, heads of a power of two up to ``executor.HEAD_DIM``);
         the table must not ask for it where it cannot be."""
         if not entry.streaming:
             return False
@@ -249,7 +243,7 @@ class Planner:
         if self.recipe.geometry.kv_heads * self.recipe.geometry.head_dim % rows:
             return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
         head_dim = self.recipe.geometry.head_dim
-        if not is_pow2(head_dim) or head_dim > STREAM_HEAD_DIM:
+        if not is_pow2(head_dim) or head_dim > executor.HEAD_DIM:
             return False  # the Triton executor's attention pads any head; the streaming one is written for these
         return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
                 and dtypes.projection in executor.PROJECTIONS)
