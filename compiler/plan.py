@@ -17,13 +17,14 @@ from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEd
 from . import derive, executor
 from .errors import InputError
 from .executor import Ring
-from .geometry import is_pow2, next_pow2
+from .geometry import next_pow2
 from .ops.dense import LayerShape, RoutedShape, layer_ops, layer_regions
 from .ops.head import HeadShape, embed_ops, head_ops, head_regions
 from .ops.moe import moe_layer_ops, moe_layer_regions
 from .ops.spec import Op
 from .recipe import Recipe
 from .schedule import Schedule, ScheduleEntry, load_schedule
+from .tiling import Tiling, kv_substreams, norm_rows_per_load
 
 HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
 
@@ -94,52 +95,13 @@ class Plan:
                    for stage in self.program(launch.program).stages)
 
 
-@dataclass(frozen=True)
-class KSplits:
-    """How many K splits the qkv, o and down GEMVs use (a routed layer's router too; its experts'
-    down takes down's). down's is also the number of partials the hidden state between layers is
-    stored as, so the embedding, every layer program and the head of the band agree on it."""
-
-    qkv: int
-    o: int
-    down: int
-    router: int = 1
-
-
-def _kv_substreams(entry: ScheduleEntry, kt: int) -> int:
-    """The long walk's sub-streams: the table's kv_substreams, as many as leave each sub-tile the
-    16 tokens a product needs; 1 where there is no long walk."""
-    if entry.long_kv_tile <= kt:
-        return 1
-    return max(1, min(entry.kv_substreams, entry.long_kv_tile // 16))
-
-
-def _norm_rows_per_load(entry: ScheduleEntry, band: Band) -> int:
-    """Rows of x̂ a CTA stages per load: the schedule's ``norm_rows``, at most the band's rows
-    (rounded up to a power of two). With norm stages no CTA stages x̂ itself, and it is 1."""
-    return 1 if entry.norm_stages else min(entry.norm_rows, next_pow2(band.m))
-
-
-def split_k(tiles: int, k: int, block_k: int, grid: int, cap: int) -> int:
-    """The K split (a power of two ≤ cap, dividing K into whole chunks) that minimises the weight
-    bytes the busiest CTA streams: ⌈tiles·s / grid⌉ tasks of K/s columns each. Ties keep fewer
-    splits (fewer partials for the readers to add)."""
-    best, best_cost = 1, -(-tiles // grid) * k
-    s = 2
-    while s <= cap and k % (s * block_k) == 0:
-        cost = -(-tiles * s // grid) * (k // s)
-        if cost < best_cost:
-            best, best_cost = s, cost
-        s *= 2
-    return best
-
-
 class Planner:
     """Turns a Recipe (and its target's schedule) into a Plan."""
 
     def __init__(self, recipe: Recipe, schedule: Schedule | None = None):
         self.recipe = recipe
         self.schedule = schedule or load_schedule(recipe.deployment.target.name)
+        self.tiling = Tiling(recipe, self.schedule)
         d = recipe.deployment
         self.w = DTYPE_BYTES[d.dtypes.weights]
         self.kvb = DTYPE_BYTES[d.dtypes.kv]
@@ -169,129 +131,16 @@ class Planner:
 
     # -- programs ------------------------------------------------------------------------------
 
-    def _entry(self, kind: str, band: Band) -> ScheduleEntry:
-        return self.schedule.entry(kind, self.recipe.geometry.hidden, band.rows, band.tokens,
-                                   weights=self.recipe.deployment.dtypes.projection)
-
     def _common(self, band: Band) -> dict:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
                 "DOT_IEEE": self.recipe.deployment.dtypes.activations == "fp32"}
 
-    def _k_splits(self, band: Band, kind: str = "layer") -> KSplits:
-        """The GEMVs' K splits of the band's ``kind`` layer program (``layer``: dense; ``moe``:
-        routed), one per op for every mode and executor of the band (the staged programs read the
-        persistent program's partials), in whole K chunks of whichever executor has the larger
-        ones. down's is the band's, whatever the kind (``_down_split``)."""
-        g = self.recipe.geometry
-        entry = self._entry(kind, band)
-        grid, bn, bk = self._gemv_tiling(entry)
-        tiles = -(-g.hidden // bn)
-        qkv = split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv)
-        o = split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k)
-        router = split_k(-(-g.experts.count // bn), g.hidden, bk, grid, entry.max_split_k) if kind == "moe" else 1
-        return KSplits(qkv, o, self._down_split(band), router)
-
-    def _gemv_tiling(self, entry: ScheduleEntry) -> tuple[int, int, int]:
-        """A layer program's grid, GEMV output rows a task and K chunk."""
-        bk = self._stream_block_k(entry) if self._streams(entry, "persistent") else self._block_k(entry)
-        return self.recipe.deployment.sm_count * entry.ctas_per_sm, self._block_n(entry), bk
-
-    def _down_split(self, band: Band) -> int:
-        """The K split of a layer's last GEMV: the partials the hidden state leaves every layer in,
-        which the next layer, the embedding and the head of the band agree on. A routed model's is
-        its routed down's (whose K is the chosen experts' columns, one row's top_k at the least),
-        halved until it also splits a dense layer's down into whole chunks where the model has one."""
-        g = self.recipe.geometry
-        dense = len(g.moe_layers) < g.layers
-        if g.experts is None:
-            grid, bn, bk = self._gemv_tiling(self._entry("layer", band))
-            return split_k(-(-g.hidden // bn), g.intermediate, bk, grid, self._entry("layer", band).max_split_k)
-        e, entry = g.experts, self._entry("moe", band)
-        grid, bn, bk = self._gemv_tiling(entry)
-        down = split_k(-(-g.hidden // bn), e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
-        dense_bk = self._gemv_tiling(self._entry("layer", band))[2]
-        while dense and g.intermediate % (down * dense_bk):
-            down //= 2
-        return down
-
-    def _block_n(self, entry: ScheduleEntry) -> int:
-        """A layer GEMV's output rows a task: the table's, or the streaming executor's tile."""
-        return executor.stream_rows(entry.num_warps) if entry.streaming else entry.block_n
-
-    def _streams(self, entry: ScheduleEntry, mode: str) -> bool:
-        """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
-        persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
-        hold whole tiles, k and v whole tiles, heads of a power of two up to ``executor.HEAD_DIM``);
-        the table must not ask for it where it cannot be."""
-        if not entry.streaming:
-            return False
-        d = self.recipe.deployment
-        if not d.target.is_nvidia:
-            raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
-                                                                f"TMA), not {d.target.name}")
-        if entry.long_kv_tile:
-            raise InputError(self.schedule.source, "long_kv_tile", "a streaming program walks the KV cache kv_tile "
-                                                                   "tokens a tile: set long_kv_tile 0 where streaming is 1")
-        if entry.ctas_per_sm != 1:
-            raise InputError(self.schedule.source, "ctas_per_sm", "a streaming program is one CTA per SM (its weight "
-                                                                  "ring takes the SM's shared memory): set 1 where "
-                                                                  "streaming is 1")
-        dtypes = d.dtypes
-        rows = executor.stream_rows(entry.num_warps)
-        if d.quant is not None and d.quant.block_rows % rows:
-            return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
-        if self.recipe.geometry.kv_heads * self.recipe.geometry.head_dim % rows:
-            return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
-        head_dim = self.recipe.geometry.head_dim
-        if not is_pow2(head_dim) or head_dim > executor.HEAD_DIM:
-            return False  # the Triton executor's attention pads any head; the streaming one is written for these
-        return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
-                and dtypes.projection in executor.PROJECTIONS)
-
-    def _block_k(self, entry: ScheduleEntry, quantized: bool = True) -> int:
-        """A GEMV's K chunk: the table's, at most the hidden size and, for block-scaled weights
-        (the layers' projections, not the head's), one scale block (a chunk's product is scaled
-        by one scale a row)."""
-        quant = self.recipe.deployment.quant if quantized else None
-        return min(entry.block_k, next_pow2(self.recipe.geometry.hidden), quant.block_cols if quant else 1 << 30)
-
-    def _stream_block_k(self, entry: ScheduleEntry) -> int:
-        """The streaming executor's K chunk, a ring unit's columns: the table's, at most the
-        hidden size. A block-scaled weight's unit holds whole scale blocks (the GEMV scales each
-        block's product by its own scale) and, its elements being half a bf16 one's bytes, is
-        widened where it would hold less than one KV tile (attention's tiles share the ring):
-        an entry written for bf16 units (Qwen3-8B's block_k 256, 32 KB) streams E4M3 units of the
-        same bytes (512 columns)."""
-        g, d = self.recipe.geometry, self.recipe.deployment
-        widest = next_pow2(g.hidden)
-        bk = min(entry.block_k, widest)
-        quant = d.quant
-        if quant is None:
-            return bk
-        bk = -(-bk // quant.block_cols) * quant.block_cols
-        least = self._least_kv_tile(entry)
-        unit = lambda cols: executor.ring(1, entry.num_warps, cols, 1, 0, d.dtypes.projection)  # noqa: E731
-        while bk < widest and executor.kv_tile_tokens(unit(bk), g.head_dim, d.kv_cache.block_size) < least:
-            bk *= 2
-        return bk
-
-    def _least_kv_tile(self, entry: ScheduleEntry) -> int:
-        """The fewest tokens a streamed KV tile may hold: a page, and a product's 16 tokens a
-        compute warp."""
-        return max(16 * entry.num_warps, self.recipe.deployment.kv_cache.block_size)
-
-    def _splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
-        d, g = self.recipe.deployment, self.recipe.geometry
-        pages = -(-d.max_context // d.kv_cache.block_size)
-        return max(1, min(entry.max_splits, grid // (band.rows * g.kv_heads), pages))
-
-
     def _embed(self, band: Band) -> ProgramPlan:
         g, d = self.recipe.geometry, self.recipe.deployment
-        entry = self._entry("embed", band)
+        entry = self.tiling.entry("embed", band)
         block = min(entry.embed_block, next_pow2(g.hidden))
         grid = min(d.sm_count * entry.ctas_per_sm, band.m * -(-g.hidden // block))
-        parts = self._down_split(band)
+        parts = self.tiling.down_split(band)
         ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtypes.weights, self.w)
         declared = {r.name: r for r in ops[0].writes}
         params = {"M": band.m, "H": g.hidden, "BH": block, "X_PARTS": parts, "G": grid}
@@ -303,19 +152,19 @@ class Planner:
         routed layers' (``moe``), each with its own schedule entry (the table's entries for one
         kind say nothing of the other)."""
         g, d = self.recipe.geometry, self.recipe.deployment
-        entry = self._entry(kind, band)
+        entry = self.tiling.entry(kind, band)
         full_grid = d.sm_count * entry.ctas_per_sm
-        splits = self._splits(band, full_grid, entry)
-        k_splits = self._k_splits(band, kind)
+        splits = self.tiling.kv_splits(band, full_grid, entry)
+        k_splits = self.tiling.k_splits(band, kind)
         kt, long_kt = max(entry.kv_tile, d.kv_cache.block_size), entry.long_kv_tile
-        sub = _kv_substreams(entry, kt)
+        sub = kv_substreams(entry, kt)
         in_subs = f", each as {sub} sub-tiles with their own softmax states" if sub > 1 else ""
         kv_tiles = f"{kt}-token tiles" + (f" ({long_kt} where a split holds ≥ {long_kt} tokens{in_subs})"
                                           if long_kt > kt else "")
         if g.sliding_window:
             kv_tiles += f", over the last {g.sliding_window} positions (sliding window)"
         norm_stages = bool(entry.norm_stages)
-        bn = self._block_n(entry)
+        bn = self.tiling.block_n(entry)
         cx = {
             **self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "NQ": g.q_heads, "NKV": g.kv_heads,
             "D": g.head_dim, "DP": next_pow2(g.head_dim), "INTER": g.intermediate, "ROWS": band.rows, "TOKENS": band.tokens,
@@ -324,9 +173,9 @@ class Planner:
             "KT": kt, "LONG_KT": long_kt, "KV_STAGES": entry.kv_stages, "WINDOW": g.sliding_window,
             "LONG_KV_STAGES": entry.long_kv_stages or entry.kv_stages, "KV_SUB": sub,
             "SPLITS": splits,
-            "SP": max(2, next_pow2(splits)), "BN": bn, "BK": self._block_k(entry),
+            "SP": max(2, next_pow2(splits)), "BN": bn, "BK": self.tiling.block_k(entry),
             "QKV_SPLIT": k_splits.qkv, "O_SPLIT": k_splits.o, "DOWN_SPLIT": k_splits.down, "W_STAGES": entry.weight_stages,
-            "NORM_ROWS": _norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
+            "NORM_ROWS": norm_rows_per_load(entry, band), "NORM_STAGES": norm_stages,
         }
         routed = None
         if kind == "moe":
@@ -344,17 +193,17 @@ class Planner:
         regions, ops = (moe_layer_regions, moe_layer_ops) if routed else (layer_regions, layer_ops)
         declared = regions(shape(full_grid))
         programs = self._moded(kind, band, mode, lambda grid: ops(shape(grid)), declared, full_grid, cx, entry)
-        return self._streamed(band, entry, cx, programs, declared) if self._streams(entry, mode) else programs
+        return self._streamed(band, entry, cx, programs, declared) if self.tiling.streams(entry, mode) else programs
 
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:
         """The persistent layer programs (dense or routed) as the streaming executor runs them."""
         g, d = self.recipe.geometry, self.recipe.deployment
         other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim, cx.get("SLOTS_P", 0))
-        rings = executor.ring(entry.stream_slots, entry.num_warps, self._stream_block_k(entry), band.m, other,
+        rings = executor.ring(entry.stream_slots, entry.num_warps, self.tiling.stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
         kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)
-        least = self._least_kv_tile(entry)
+        least = self.tiling.least_kv_tile(entry)
         if kv_tile < least or kv_tile & (kv_tile - 1):
             raise InputError(self.schedule.source, "block_k",
                              f"a streamed KV tile is whole pages of K and V in one ring unit, a power of two of at "
@@ -374,16 +223,16 @@ class Planner:
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
         g, d = self.recipe.geometry, self.recipe.deployment
-        entry = self._entry("head", band)
+        entry = self.tiling.entry("head", band)
         bn = entry.head_block_n
         tiles = -(-g.vocab // bn)
         full_grid = d.sm_count * entry.ctas_per_sm
         norm_stage = bool(entry.norm_stages)
-        parts = self._down_split(band)
+        parts = self.tiling.down_split(band)
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
-              "BK": self._block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
+              "BK": self.tiling.block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head != "logits", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
-              "NORM_ROWS": _norm_rows_per_load(entry, band)}
+              "NORM_ROWS": norm_rows_per_load(entry, band)}
 
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",

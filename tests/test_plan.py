@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from monobuild.compiler.errors import InputError
-from monobuild.compiler.plan import plan_recipe, split_k
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.tiling import split_k
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
 
