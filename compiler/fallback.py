@@ -23,6 +23,9 @@ LADDER: tuple[tuple[str, dict[str, int]], ...] = (
     ("8 warps a CTA, one CTA per SM", {"num_warps": 8, "ctas_per_sm": 1}),
     ("shallower pipelines", {"weight_stages": 2, "kv_stages": 1, "long_kv_stages": 0}),
     ("16-token KV tiles, one x̂ row a load", {"kv_tile": 16, "norm_rows": 1}),
+    # the rungs above are written for the Triton executor's programs; a streaming entry none of them
+    # makes servable (e.g. a verify band whose streaming program keeps a stack frame) runs on it
+    ("the Triton executor", {"streaming": 0}),
 )
 
 

@@ -220,6 +220,35 @@ def test_a_warp_specialized_cta_past_256_threads_gets_its_part_of_the_register_f
     assert threads(4) == 256 and register_cap(4) is None
 
 
+
+def test_a_streaming_program_no_rung_makes_servable_runs_on_the_triton_executor(tiny_recipe, tmp_path, monkeypatch):
+    """The fallback ladder's rungs are written for the Triton executor's programs: where a streaming
+    program keeps a stack frame (contract C3) at every one of them, the last rung puts the band's
+    layer program on the Triton executor instead of refusing the model, and says so."""
+    import dataclasses
+
+    from monobuild.compiler import build as build_module
+
+    def framed(code):  # a streaming code object (it has TMA descriptors) reports a stack frame
+        if code is not None and code.tensor_maps:
+            return dataclasses.replace(code, resources=dataclasses.replace(code.resources, stack_bytes=40))
+        return code
+
+    real_get, real_compile = build_module.CodeCache.get, build_module._compile_one
+    monkeypatch.setattr(build_module.CodeCache, "get", lambda self, key, name: framed(real_get(self, key, name)))
+    monkeypatch.setattr(build_module, "_compile_one", lambda item: framed(real_compile(item)))
+    # four KV heads of 32: q, k and v start at multiples of 128 rows, so 8 compute warps (128-row
+    # units, the ladder's second rung) still stream, and only the last rung leaves the executor
+    config = json.loads((DATA / "tiny-llama.json").read_text()) | {"num_key_value_heads": 4}
+    (tmp_path / "tiny-kv4.json").write_text(json.dumps(config))
+    recipe = load_recipe(tiny_recipe(config="tiny-kv4.json", bands=[1], modes=["persistent"]))
+    table = read_schedule(streaming_table(tmp_path / "sm_90.yaml"))
+    result = build_module.build(recipe, tmp_path / "out", tmp_path / "cache", schedule=table)
+    assert len(result.derived) == 1 and result.derived[0].startswith("layer r1t1: derived")
+    assert "; the Triton executor), since the table's entry keeps 40 B a thread in local memory" in result.derived[0]
+    layer = read_manifest(result.package).program(LAYER)
+    assert layer.executor == "triton" and not layer.tensor_maps and layer.resources.stack_bytes == 0
+
 # -- compiled: the package and its contracts ---------------------------------------------------
 
 @pytest.fixture(scope="module")
