@@ -89,10 +89,11 @@ def compile(recipes, out_dir, target, sm_count, jobs, cache_dir, debug_wait_spin
             result = build(recipe, out_dir, cache_dir, jobs, progress=report, schedule=schedule)
         results.append({"package": str(result.package), "recipe": recipe.name,
                         "target": recipe.deployment.target.name, "programs": result.programs,
-                        "compiled": result.compiled, "cached": result.cached, "derived": list(result.derived)})
+                        "code_objects": result.code_objects, "compiled": result.compiled, "cached": result.cached,
+                        "derived": list(result.derived)})
         if not as_json:
-            click.echo(f"{result.package}: {result.programs} programs ({result.compiled} compiled, "
-                       f"{result.cached} from cache)")
+            click.echo(f"{result.package}: {result.programs} programs in {result.code_objects} code objects "
+                       f"({result.compiled} compiled, {result.cached} from cache)")
             for note in result.derived:
                 click.echo(f"  schedule {note}")
     if as_json:

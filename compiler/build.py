@@ -37,8 +37,9 @@ from .toolchain import CodeObject, compile_program
 class BuildResult:
     package: Path
     programs: int
-    compiled: int  # cache misses (of every plan tried)
-    cached: int  # cache hits
+    code_objects: int  # distinct code objects in the package (programs alike share one)
+    compiled: int  # code objects compiled: cache misses (of every plan tried)
+    cached: int  # the package's code objects that came from the cache
     derived: tuple[str, ...] = ()  # schedules the compiler derived where the table's did not serve
 
 
@@ -189,14 +190,15 @@ def build(recipe: Recipe, out_dir: Path, cache_dir: Path, jobs: int = 1,
                                              f"{p.band.name} in schedules/{target.name}.yaml")
             derived[(p.kind, p.band)] = Derived(p.kind, p.band, rung + 1, now.why if now else what)
     package = write_package(out_dir, plan, codes, keys)
-    return BuildResult(package, len(programs), compiled, len(programs) - misses,
+    distinct = len(set(keys.values()))
+    return BuildResult(package, len(programs), distinct, compiled, distinct - misses,
                        tuple(d.describe() for d in derived.values()))
 
 
 def _compile_plan(plan: Plan, target: Target, cache: CodeCache, digest: str, jobs: int,
                   progress: Callable[[int, int, str], None] | None):
     """Every program of ``plan``, from the cache or compiled (misses in ``jobs`` worker processes):
-    (programs, cache keys, code objects, how many were compiled)."""
+    (programs, cache keys, code objects, how many code objects were compiled)."""
     programs = {p.name: emit(p) for p in plan.programs}
     keys = {name: cache_key(prog, target, digest) for name, prog in programs.items()}
     codes: dict[str, CodeObject] = {}
@@ -234,4 +236,4 @@ def _compile_plan(plan: Plan, target: Target, cache: CodeCache, digest: str, job
             done_ok = True
         finally:  # on an error or an interrupt, not waiting for the running compiles (their workers end with us)
             pool.shutdown(wait=done_ok, cancel_futures=True)
-    return programs, keys, codes, sum(len(v) for v in misses.values())
+    return programs, keys, codes, len(misses)

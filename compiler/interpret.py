@@ -112,6 +112,6 @@ class InterpretedStep:
         for index, launch in enumerate(self.step.launches):
             plan, program = self.programs[launch.program]
             args = self.buffers.args(program.args, index, launch.layer, plan.kind, self.weights, self.k_caches,
-                                     self.v_caches, inputs)
+                                     self.v_caches, inputs, plan.scalars)
             self.kernels[launch.program][(program.grid,)](*args)
         return self.buffers.logits, self.buffers.next_ids

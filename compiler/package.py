@@ -33,7 +33,7 @@ def planned_record(p: ProgramPlan) -> dict:
                    "pdl_wait": any(op.after_previous_launch for op in p.ops) and p.launch_pdl},
         "stages": [asdict(s) for s in p.stages], "regions": [asdict(r) for r in p.regions],
         "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "hang_slots": p.hang_slots,
-        "clock_slots": p.clock_slots, "params": dict(p.params), "executor": p.executor,
+        "clock_slots": p.clock_slots, "params": dict(p.params), "executor": p.executor, "scalars": dict(p.scalars),
     }
 
 

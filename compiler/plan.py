@@ -27,6 +27,9 @@ from .schedule import Schedule, ScheduleEntry, load_schedule
 from .tiling import Tiling, kv_substreams, norm_rows_per_load
 
 HANG_SLOTS = 64  # wait-timeout records a debug build keeps per step (hang_log: a count, then 4 × int64 each)
+#: The kernel argument a program of one op takes for each band constant its op passes at launch
+#: (``Op.band_args``).
+BAND_ARGS = {"M": "m", "ROWS": "rows", "SPLITS": "kv_splits", "G": "grid"}
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ProgramPlan:
     schedule: ScheduleEntry
     executor: str = "triton"  # triton | gluon (compiler/executor.py)
     ring: Ring | None = None  # the streaming executor's shared-memory rings
+    scalars: tuple[tuple[str, int], ...] = ()  # the values of its band arguments (role ``band``), by name
 
     def param(self, name: str):
         return dict(self.params)[name]
@@ -257,13 +261,33 @@ class Planner:
 
     def _program(self, name, kind, band, mode, ops, first, declared, grid, params, entry, *, pdl) -> ProgramPlan:
         d = self.recipe.deployment
+        scalars = ()
+        if len(ops) == 1:
+            ops, scalars = band_generic(ops)
         syncs = derive.edges(ops, grid) if len(ops) > 1 else ()
         args = derive.abi(ops, declared, counters=bool(syncs), hang_log=bool(syncs and d.debug_wait_spins),
                           stage_clock=_clocked(kind, d.stage_clock))
         return ProgramPlan(name, kind, band, mode, ops, derive.stages(ops, first), grid, entry.num_warps,
                            derive.regions(declared, ops), syncs, args, tuple(sorted(params.items())), pdl,
                            len(ops) > 1, d.debug_wait_spins if syncs else 0,
-                           HANG_SLOTS if syncs and d.debug_wait_spins else 0, 0, entry)
+                           HANG_SLOTS if syncs and d.debug_wait_spins else 0, 0, entry, scalars=scalars)
+
+
+def band_generic(ops: tuple[Op, ...]) -> tuple[tuple[Op, ...], tuple[tuple[str, int], ...]]:
+    """A program of one op with its band constants (``Op.band_args``) made run-time arguments,
+    and their values. Its text then names no row count, KV split count or grid, so the bands
+    whose programs have the same tiles (a recipe's 2-, 4- and 8-row staged GEMVs, say) compile
+    to one code object; a multi-op program keeps them in its text, where they size its sync
+    edges and register tiles."""
+    (op,) = ops
+    bindings, scalars = [], []
+    for name, value in op.bindings:
+        if name in op.band_args:
+            arg = Arg(BAND_ARGS[name], "i32", "band")
+            scalars.append((arg.name, value))
+            value = arg
+        bindings.append((name, value))
+    return (replace(op, bindings=tuple(bindings)),), tuple(scalars)
 
 
 def _clocked(kind: str, profiling: bool) -> bool:

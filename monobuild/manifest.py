@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 6  # 6: a routed model's experts and layers in the geometry, a stage's bytes per chosen expert
+MANIFEST_FORMAT = 7  # 7: a program's band arguments and their values (``scalars``)
 
 
 class PackageError(Exception):
@@ -63,6 +63,7 @@ class ProgramSpec:
     cache_key: str
     executor: str  # triton | gluon: which executor's driver wrote the program
     tensor_maps: tuple[TensorMap, ...]  # how the runtime encodes each TMA descriptor argument
+    scalars: tuple[tuple[str, int], ...]  # the value of each band argument (role ``band``), which the runtime passes
 
     def tensor_map(self, arg: str) -> TensorMap:
         for t in self.tensor_maps:
@@ -106,6 +107,7 @@ def _program(d: dict) -> ProgramSpec:
         params=tuple(sorted(d["params"].items())), resources=ResourceSpec(**d["resources"]),
         fingerprint=d["fingerprint"], cache_key=d["cache_key"], executor=d["executor"],
         tensor_maps=tuple(TensorMap(t["arg"], tuple(t["box"]), t["swizzle"], t["elem_bytes"]) for t in d["tensor_maps"]),
+        scalars=tuple(sorted(d["scalars"].items())),
     )
 
 

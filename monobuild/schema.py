@@ -24,6 +24,7 @@ ROLES = (
     "model_weight",  # the embedding, the final norm, the LM head
     "step_input",  # the step's token ids, positions, block tables, context lengths
     "table",  # a table computed once at bind (the RoPE cos/sin)
+    "band",  # a staged program's band constant (rows, KV splits, grid), given per program in the manifest
     "sync",  # the launch's block of sync-edge counters
     "debug",  # a debug build's hang log, a profiling build's stage clock
 )

@@ -92,9 +92,12 @@ class StepBuffers:
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
-             k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor], inputs: StepInputs) -> list:
-        """The launch's arguments, in ABI order."""
-        return [self._one(a, launch, layer, kind, weights, k_caches, v_caches, inputs) for a in abi]
+             k_caches: Sequence[torch.Tensor], v_caches: Sequence[torch.Tensor], inputs: StepInputs,
+             scalars: Sequence[tuple[str, int]] = ()) -> list:
+        """The launch's arguments, in ABI order; ``scalars`` are the program's band arguments' values."""
+        band = dict(scalars)
+        return [band[a.name] if a.role == "band" and a.name in band
+                else self._one(a, launch, layer, kind, weights, k_caches, v_caches, inputs) for a in abi]
 
     def _one(self, arg: Arg, launch, layer, kind, weights, k_caches, v_caches, inputs):
         name, role = arg.name, arg.role

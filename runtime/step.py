@@ -85,7 +85,8 @@ class _BandStep:
                                      if any(r.name == ROUTED for r in programs[launch.program].regions)})
         for index, launch in enumerate(spec.launches):
             p = programs[launch.program]
-            values = self.buffers.args(p.args, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own)
+            values = self.buffers.args(p.args, index, launch.layer, p.kind, weights, cache.k, cache.v, self.own,
+                                       p.scalars)
             params = ParamBlock([a.type for a in p.args], [_param(p, a, v) for a, v in zip(p.args, values)])
             slots = tuple((j, a.name) for j, a in enumerate(p.args) if a.role == "step_input")
             self.launches.append(_Launch(p.name, package.kernels[p.name], params, slots))

@@ -16,7 +16,7 @@ from .common import head_cols, load_head_vector, load_parts, mm, trans_last
 
 
 @triton.jit
-def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr, row_off, col0, pos, rope_ptr, norm_ptr,
+def _rope_rows(raw_ptr, PARTS: tl.constexpr, PART_STRIDE, row_off, col0, pos, rope_ptr, norm_ptr,
                valid, D: tl.constexpr, DP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr):
     """Rows of q or k heads from the raw qkv buffer (PARTS split-K partials), q/k-normed (Qwen3)
     and rotated (RoPE).
@@ -151,13 +151,13 @@ def _attend_substreams(q, lo, m_i, l_i, acc, k_cache_ptr, v_cache_ptr, table_ptr
 
 
 @triton.jit
-def _task_coords(task, NKV: tl.constexpr, SPLITS: tl.constexpr):
+def _task_coords(task, NKV: tl.constexpr, SPLITS):
     """Attention task → (row b, KV head h, split s)."""
     return task // (SPLITS * NKV), (task // SPLITS) % NKV, task % SPLITS
 
 
 @triton.jit
-def _split_pages(ctx, s, TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, WINDOW: tl.constexpr):
+def _split_pages(ctx, s, TOKENS: tl.constexpr, SPLITS, BS: tl.constexpr, WINDOW: tl.constexpr):
     """A row of context ctx, split s: its cached tokens (the context before this step's own) and
     the split's share of the pages [first, end) its queries see, out of per_split a split: every
     cached page, or with a sliding window those from the one holding the first query's first
@@ -178,9 +178,8 @@ def _walks_long_tiles(per_split, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl
 
 @triton.jit
 def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                 TASKS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                 TOKENS: tl.constexpr,
-                 SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr, QP: tl.constexpr,
+                 TASKS, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr, TOKENS: tl.constexpr,
+                 SPLITS, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr, QP: tl.constexpr,
                  TP: tl.constexpr, WINDOW: tl.constexpr):
     """What an attention task reads that the qkv stage does not write, so a CTA loads it before
     its wait: the row's context length, the positions of its query rows (``_attn_task``'s i) and
@@ -210,8 +209,8 @@ def _task_inputs(task, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, co
 def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv_ptr, QKV_PARTS: tl.constexpr,
                rope_ptr,
                q_norm_ptr, k_norm_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, part_acc_ptr, part_ml_ptr,
-               M: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-               TOKENS: tl.constexpr, SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
+               M, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+               TOKENS: tl.constexpr, SPLITS, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
                TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
                WINDOW: tl.constexpr):
@@ -295,9 +294,8 @@ def _attn_task(task, ctx, q_pos, n_pos, k_first, v_first, in_first, t_first, qkv
 
 @triton.jit
 def attention_prefetch(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
-                       ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                       TOKENS: tl.constexpr,
-                       SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
+                       ROWS, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                       TOKENS: tl.constexpr, SPLITS, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                        QP: tl.constexpr, TP: tl.constexpr, WINDOW: tl.constexpr):
     """The CTA's first task's inputs that the qkv op does not write (``_task_inputs``)."""
     return _task_inputs(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr,
@@ -307,14 +305,13 @@ def attention_prefetch(pid, k_cache_ptr, v_cache_ptr, block_tables_ptr, bt_strid
 @triton.jit
 def attention_op(pid, pre, qkv_ptr, QKV_PARTS: tl.constexpr, rope_ptr, q_norm_ptr, k_norm_ptr, k_cache_ptr,
                  v_cache_ptr, block_tables_ptr, bt_stride, context_lens_ptr, positions_ptr, part_acc_ptr, part_ml_ptr,
-                 ROWS: tl.constexpr, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
-                 TOKENS: tl.constexpr,
-                 SPLITS: tl.constexpr, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
+                 ROWS, NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, DP: tl.constexpr,
+                 TOKENS: tl.constexpr, SPLITS, BS: tl.constexpr, KT: tl.constexpr, LONG_KT: tl.constexpr,
                  KV_STAGES: tl.constexpr, LONG_KV_STAGES: tl.constexpr, KV_SUB: tl.constexpr, QP: tl.constexpr,
                  TP: tl.constexpr, QK_NORM: tl.constexpr, EPS: tl.constexpr, DOT_IEEE: tl.constexpr,
                  WINDOW: tl.constexpr, G: tl.constexpr):
     """The CTA's attention tasks, task t on CTA t mod G; ``pre`` is ``attention_prefetch``'s."""
-    TASKS: tl.constexpr = ROWS * NKV * SPLITS
+    TASKS = ROWS * NKV * SPLITS
     ctx, q_pos, n_pos, k_first, v_first, in_first, t_first = pre
     # num_stages=1: the next task's inputs are already loaded a task ahead; the pipeliner would
     # move the context-length load into shared memory, where C4 cannot follow it to the stores.

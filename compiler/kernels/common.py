@@ -15,7 +15,7 @@ def load_act(ptrs, mask):
 
 
 @triton.jit
-def load_parts(ptrs, mask, PARTS: tl.constexpr, PART_STRIDE: tl.constexpr):
+def load_parts(ptrs, mask, PARTS: tl.constexpr, PART_STRIDE):
     """An fp32 activation stored as PARTS split-K partial sums PART_STRIDE elements apart: their sum.
 
     A stage split over K writes one partial per split instead of reducing across CTAs; every
@@ -163,7 +163,7 @@ def norm_weights(norm_ptr, K: tl.constexpr, K_P: tl.constexpr):
 
 
 @triton.jit
-def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M: tl.constexpr, K: tl.constexpr,
+def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M, K: tl.constexpr,
                 K_P: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr):
     """Rows ``rows`` of an fp32 [M, K] activation of X_PARTS split-K partials, summed, RMS-normed
     with the weights g (``norm_weights``; when NORM) and stored into the same rows of x̂ in its
@@ -179,7 +179,7 @@ def normed_rows(x_ptr, X_PARTS: tl.constexpr, g, x_hat_ptr, rows, M: tl.constexp
 
 @triton.jit
 def gemv(x_ptr, w_ptr, w2_ptr, w3_ptr, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, rows, row_mask, w_first, k_lo,
-         M: tl.constexpr, K: tl.constexpr, KS: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
+         M, K: tl.constexpr, KS: tl.constexpr, ROWS_P: tl.constexpr, BK: tl.constexpr,
          QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, SEGMENTS: tl.constexpr, SEG1: tl.constexpr,
          SEG2: tl.constexpr, DOT_IEEE: tl.constexpr):
     """acc[ROWS_P, len(rows)] = x[:M, k_lo:k_lo+KS] @ W[rows, k_lo:k_lo+KS]ᵀ in fp32, one weight
@@ -203,7 +203,7 @@ def gemv(x_ptr, w_ptr, w2_ptr, w3_ptr, w_scale_ptr, w2_scale_ptr, w3_scale_ptr, 
 
 
 @triton.jit
-def x_chunk(x_ptr, r, k0, M: tl.constexpr, K: tl.constexpr, BK: tl.constexpr):
+def x_chunk(x_ptr, r, k0, M, K: tl.constexpr, BK: tl.constexpr):
     """Columns [k0, k0 + BK) of the activation's M rows (padding rows read as 0)."""
     k = k0 + tl.arange(0, BK)
     return tl.load(x_ptr + r[:, None] * K + k[None, :], mask=(r[:, None] < M) & (k[None, :] < K), other=0.0,

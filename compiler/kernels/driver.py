@@ -103,12 +103,12 @@ def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
     clock = spec.clock_slots > 0
     epoch_read = False
     for op in spec.ops:
-        lines.append(f"    # {op.index}: {op.name}")
+        lines.append(f"    # {op.name}")  # no op index: a staged program's text is the same at any place
         if op.pdl_release:
             lines.append(f"    {spelling.release_next}")
         pre = "None"
         if op.prefetch is not None:
-            pre = f"pre{op.index}"
+            pre = f"pre_{op.name}"
             lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
         if op.pdl_wait:
             lines.append(f"    {spelling.wait_previous}")

@@ -44,7 +44,7 @@ def _tile_rows(tile, j, BN: tl.constexpr, N: tl.constexpr, GATED: tl.constexpr, 
 
 @triton.jit
 def _store_tile(acc, tile, split, out_ptr, bias_ptr, b2_ptr, b3_ptr, residual_ptr, RES_PARTS: tl.constexpr,
-                N: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
+                N: tl.constexpr, M, ROWS_P: tl.constexpr, BN: tl.constexpr, HAS_BIAS: tl.constexpr,
                 HAS_RESIDUAL: tl.constexpr, GATED: tl.constexpr, SEGMENTS: tl.constexpr, SEG1: tl.constexpr,
                 SEG2: tl.constexpr):
     """A task's epilogue: out[split, :M, tile] = acc (+ bias, + residual on split 0), or silu(g)·u."""
@@ -86,7 +86,7 @@ def gemv_prefetch(pid, w_ptr, w2_ptr, w3_ptr, N: tl.constexpr, K: tl.constexpr, 
 def gemv_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, w2_ptr, w3_ptr, w_scale_ptr,
             w2_scale_ptr, w3_scale_ptr, QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, out_ptr, bias_ptr,
             b2_ptr, b3_ptr, residual_ptr, RES_PARTS: tl.constexpr, N: tl.constexpr, K: tl.constexpr,
-            K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+            K_P: tl.constexpr, M, ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
             SPLIT: tl.constexpr, G: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, HAS_BIAS: tl.constexpr,
             HAS_RESIDUAL: tl.constexpr, GATED: tl.constexpr, INTER: tl.constexpr, DOT_IEEE: tl.constexpr,
             W_STAGES: tl.constexpr, NORM_ROWS: tl.constexpr, SEGMENTS: tl.constexpr, SEG1: tl.constexpr,

@@ -17,8 +17,7 @@ from .gemv import gemv_op
 
 
 @triton.jit
-def embed_op(pid, pre, tokens, embed, x_out, M: tl.constexpr, H: tl.constexpr, BH: tl.constexpr,
-             X_PARTS: tl.constexpr, G: tl.constexpr):
+def embed_op(pid, pre, tokens, embed, x_out, M, H: tl.constexpr, BH: tl.constexpr, X_PARTS: tl.constexpr, G):
     """x_out[m, :] = embed[tokens[m], :] in fp32; tasks are (row, chunk of BH columns).
 
     The layers read their input as X_PARTS split-K partials: the embedding is partial 0 and the

@@ -147,6 +147,12 @@ def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, stag
             ("NORM_ROWS", p["NORM_ROWS"]))
 
 
+def gemv_band_args(x_parts: int, staged: Arg | None) -> tuple[str, ...]:
+    """A GEMV's band constants taken at run time (``Op.band_args``): its row count, unless each
+    CTA stages its input (a norm or a sum of partials, unrolled over the rows)."""
+    return ("M",) if x_parts == 1 and staged is None else ()
+
+
 def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: Region, reader: str,
             first: bool = False) -> Op:
     p = dict(s.params)
@@ -156,7 +162,7 @@ def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: R
               (("x_ptr", region_arg(x)), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", region_arg(out)),
                ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]), ("G", s.grid)),
               writes=(out,), reads=(x.name,), needs=(Need(x.name, "whole rows (a row's norm is a reduction over it)"),),
-              weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first)
+              weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first, band_args=("M", "G"))
 
 
 def attention_regions(s: LayerShape) -> list[Region]:
@@ -230,7 +236,8 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         weights=w_qkv.streams
         + tuple(WeightStream(b.name, 1, rows, wb) for b, rows in zip(bias, (nq, nkv, nkv)))
         + (() if ns else (WeightStream("attn_norm", 1, h, wb),)),
-        io_bytes=m * h * 4, after_previous_launch=not ns))
+        io_bytes=m * h * 4, after_previous_launch=not ns,
+        band_args=gemv_band_args(1 if ns else s.down_split, None if ns else arg["x_hat_qkv"])))
 
     # attn: (row, KV head, split) → partials; q/k norm, RoPE and the KV append (live rows only)
     kv_row = s.rows * s.kv_heads * d * 2 * kvb
@@ -252,7 +259,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         writes=(r["k_cache"], r["v_cache"], r["part_acc"], r["part_ml"]), reads=("qkv", "k_cache", "v_cache"),
         needs=(Need("qkv", "the q, k and v columns of the task's KV head (all K-split partials)"),),
         weights=((WeightStream("q_norm", 1, d, wb), WeightStream("k_norm", 1, d, wb)) if s.qk_norm else ()),
-        kv_bytes_per_token=kv_row, io_bytes=kv_row * s.tokens))
+        kv_bytes_per_token=kv_row, io_bytes=kv_row * s.tokens, band_args=("ROWS", "SPLITS")))
 
     ops.append(Op(
         "combine", "combine_op", None, m * s.q_heads, "(token row, query head): merge split partials",
@@ -269,7 +276,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
                       k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split),
         writes=(r["x1"],), reads=("attn_out", "x_in"),
         needs=(Need("attn_out", "the query heads in the task's K-slice"),),
-        weights=w_o.streams))
+        weights=w_o.streams, band_args=gemv_band_args(1, None)))
     return tuple(ops)
 
 
@@ -295,7 +302,8 @@ def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         writes=(r["h"],) + (() if ns else (r["x_hat_up"],)), reads=(x_up,) + (() if ns else ("x_hat_up",)),
         needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
         weights=w_gate_up.streams
-        + (() if ns else (WeightStream("mlp_norm", 1, h, wb),))))
+        + (() if ns else (WeightStream("mlp_norm", 1, h, wb),)),
+        band_args=gemv_band_args(1 if ns else s.o_split, None if ns else arg["x_hat_up"])))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
     w_down = projection(s, ("w_down",), (h,), s.intermediate, s.block_n, s.down_split)
@@ -306,5 +314,5 @@ def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         writes=(r["x_out"],), reads=("h", "x1"),
         needs=(Need("h", "the h columns in the task's K-slice"), Need("x1", "the task's output columns")),
         weights=w_down.streams,
-        io_bytes=m * h * 4, releases_next_launch=True))
+        io_bytes=m * h * 4, releases_next_launch=True, band_args=gemv_band_args(1, None)))
     return tuple(ops)

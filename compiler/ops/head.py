@@ -46,7 +46,7 @@ def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype:
                (("tokens", tensor("tokens", "i32", "step_input")), ("embed", tensor("embed", w_dtype, "model_weight")),
                 ("x_out", region_arg(x_out)), ("M", m), ("H", hidden), ("BH", block), ("X_PARTS", x_parts),
                 ("G", grid)),
-               writes=(x_out,), reads=(), needs=(), io_bytes=m * hidden * (w_bytes + 4)),)
+               writes=(x_out,), reads=(), needs=(), io_bytes=m * hidden * (w_bytes + 4), band_args=("M", "G")),)
 
 
 def head_regions(s: HeadShape) -> dict[str, Region]:
@@ -81,7 +81,8 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        ("x_hat_ptr", arg["x_hat"]), ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]),
                        ("G", s.grid)),
                       writes=(r["x_hat"],), reads=("x_in",), needs=(Need("x_in", "whole rows"),),
-                      weights=(WeightStream("final_norm", 1, h, wb),), after_previous_launch=True))
+                      weights=(WeightStream("final_norm", 1, h, wb),), after_previous_launch=True,
+                      band_args=("M", "G")))
     x = "x_hat" if s.norm_stage else "x_in"
     greedy = (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"])) if s.greedy else (("tile_max", None),
                                                                                             ("tile_arg", None))

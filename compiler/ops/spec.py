@@ -63,6 +63,11 @@ class Op:
     bytes_per_expert: int = 0  # weights it reads for each routed expert a step's rows select (routed ops)
     after_previous_launch: bool = False  # reads what the previous launch wrote: the PDL wait goes before it
     releases_next_launch: bool = False  # the next launch may start (PDL) as this op starts
+    # Bindings (constants) that a staged program passes at launch instead of writing them into
+    # its text, because the op's device functions take them as run-time values: the band's row
+    # count, KV splits and grid. Bands whose staged programs then read the same share one code
+    # object (``plan.band_generic``).
+    band_args: tuple[str, ...] = ()
 
     @property
     def weight_bytes(self) -> int:
