@@ -9,7 +9,10 @@ fails the run (exit 1). CI runs one config a day on every target (``sample_of_th
 ``--sample`` runs the same one)::
 
     python tools/corpus.py [--models qwen3-4b,llama-3.2-3b] [--targets sm_90,gfx942,gfx950] [--sample]
-        [--jobs 2] [--out DIR]
+        [--jobs 2] [--out DIR] [--cold]
+
+``--cold`` gives each compile an empty cache of its own, so its time is a cold compile's (without
+it the compiles share one cache, and a model's later targets and models of the same shapes hit it).
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ def _last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
-def run_one(config: Path, target: str, out: Path, jobs: int) -> Row:
+def run_one(config: Path, target: str, out: Path, jobs: int, cold: bool = False) -> Row:
     name = f"{config.stem}-{target}"
     recipe = out / f"{name}.yaml"
     recipe.write_text(yaml.safe_dump({
@@ -61,14 +64,15 @@ def run_one(config: Path, target: str, out: Path, jobs: int) -> Row:
         "kv_cache": {"dtype": "bf16", "block_size": 16}, "bands": [1, 2, 4, 8], "verify": {"rows": 1, "tokens": 6},
         "max_context": 32768, "head": "ids", "modes": ["persistent", "staged"]}))
     start = time.perf_counter()
-    built = _monobuild("compile", str(recipe), "--out", str(out / "packages"), "--jobs", str(jobs))
+    cache = ("--cache", str(out / "caches" / name)) if cold else ()
+    built = _monobuild("compile", str(recipe), "--out", str(out / "packages"), "--jobs", str(jobs), *cache)
     seconds = time.perf_counter() - start
     if built.returncode == 2:
         return Row(config.stem, target, "refused", seconds, _last_line(built.stderr))
     if built.returncode != 0:
         return Row(config.stem, target, "compile failed", seconds, _last_line(built.stderr or built.stdout))
     derived = "; ".join(line.strip() for line in built.stdout.splitlines() if "derived" in line)
-    checked = _monobuild("check", str(out / "packages" / name / target))
+    checked = _monobuild("check", str(out / "packages" / name / target), *cache)
     if checked.returncode != 0:
         return Row(config.stem, target, "check failed", seconds, _last_line(checked.stdout or checked.stderr))
     return Row(config.stem, target, "holds", seconds, derived)
@@ -87,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", action="store_true", help="only today's config of the corpus (what CI runs)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--out", type=Path, help="where recipes and packages go (default: a temporary directory)")
+    ap.add_argument("--cold", action="store_true", help="an empty cache for each compile: cold compile times")
     args = ap.parse_args(argv)
     models = args.models.split(",") if args.models else sorted(c.stem for c in CONFIGS.glob("*.json"))
     if args.sample:
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for model in models:
             for target in targets:
-                rows.append(run_one(CONFIGS / f"{model}.json", target, out, args.jobs))
+                rows.append(run_one(CONFIGS / f"{model}.json", target, out, args.jobs, args.cold))
                 print(f"{model} {target}: {rows[-1].outcome} ({rows[-1].compile_s:.1f} s)", file=sys.stderr, flush=True)
     print(table(rows))
     return 1 if any(r.outcome in ("compile failed", "check failed") for r in rows) else 0
