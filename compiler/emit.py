@@ -29,7 +29,7 @@ EXECUTORS = {"triton": kernels, "gluon": stream}  # where each executor's device
 class Program:
     name: str
     symbol: str  # the kernel's name
-    source: str  # the kernel's Triton (or Gluon) source, every constant written in
+    source: str  # the kernel's Triton (or Gluon) source, every constant but its band arguments written in
     args: tuple[Arg, ...]  # the runtime parameters, in order (the named ABI)
     num_warps: int
     launch_pdl: bool

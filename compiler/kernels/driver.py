@@ -14,7 +14,8 @@ writes, for each op in program order:
 
 The kernel takes exactly the program's named ABI; every constant is written into its text, so
 the source is the program's whole specialisation (and its cache key). Staged programs are the
-same text for one op, with no edges and no PDL.
+same text for one op, with no edges and no PDL; their band constants (rows, KV splits, grid) are
+arguments (``plan.band_generic``), so the text of a staged op is the same in every band of its tiles.
 """
 
 from __future__ import annotations
