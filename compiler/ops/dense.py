@@ -162,7 +162,7 @@ def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: R
               (("x_ptr", region_arg(x)), ("X_PARTS", x_parts), ("norm_ptr", norm), ("x_hat_ptr", region_arg(out)),
                ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]), ("G", s.grid)),
               writes=(out,), reads=(x.name,), needs=(Need(x.name, "whole rows (a row's norm is a reduction over it)"),),
-              weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first, band_args=("M", "G"))
+              weights=(WeightStream(norm.name, 1, h, s.w_bytes),), after_previous_launch=first)
 
 
 def attention_regions(s: LayerShape) -> list[Region]:
@@ -255,7 +255,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
          ("part_acc_ptr", arg["part_acc"]), ("part_ml_ptr", arg["part_ml"]),
          *((k, p[k]) for k in ("ROWS", "NQ", "NKV", "D", "DP", "TOKENS", "SPLITS", "BS", "KT", "LONG_KT", "KV_STAGES",
                                "LONG_KV_STAGES", "KV_SUB", "QP", "TP", "QK_NORM", "EPS", "DOT_IEEE", "WINDOW")),
-         ("G", s.grid)),
+         ("G", s.grid), ("TASKS", s.rows * s.kv_heads * s.splits)),
         writes=(r["k_cache"], r["v_cache"], r["part_acc"], r["part_ml"]), reads=("qkv", "k_cache", "v_cache"),
         needs=(Need("qkv", "the q, k and v columns of the task's KV head (all K-split partials)"),),
         weights=((WeightStream("q_norm", 1, d, wb), WeightStream("k_norm", 1, d, wb)) if s.qk_norm else ()),

@@ -81,8 +81,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        ("x_hat_ptr", arg["x_hat"]), ("M", s.m), ("K", h), ("K_P", p["H_P"]), ("EPS", p["EPS"]),
                        ("G", s.grid)),
                       writes=(r["x_hat"],), reads=("x_in",), needs=(Need("x_in", "whole rows"),),
-                      weights=(WeightStream("final_norm", 1, h, wb),), after_previous_launch=True,
-                      band_args=("M", "G")))
+                      weights=(WeightStream("final_norm", 1, h, wb),), after_previous_launch=True))
     x = "x_hat" if s.norm_stage else "x_in"
     greedy = (("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"])) if s.greedy else (("tile_max", None),
                                                                                             ("tile_arg", None))
