@@ -263,7 +263,8 @@ class Planner:
         d = self.recipe.deployment
         scalars = ()
         if len(ops) == 1:
-            ops, scalars = band_generic(ops)
+            op, scalars = band_generic(ops[0])
+            ops = (op,)
         syncs = derive.edges(ops, grid) if len(ops) > 1 else ()
         args = derive.abi(ops, declared, counters=bool(syncs), hang_log=bool(syncs and d.debug_wait_spins),
                           stage_clock=_clocked(kind, d.stage_clock))
@@ -273,13 +274,12 @@ class Planner:
                            HANG_SLOTS if syncs and d.debug_wait_spins else 0, 0, entry, scalars=scalars)
 
 
-def band_generic(ops: tuple[Op, ...]) -> tuple[tuple[Op, ...], tuple[tuple[str, int], ...]]:
-    """A program of one op with its band constants (``Op.band_args``) made run-time arguments,
+def band_generic(op: Op) -> tuple[Op, tuple[tuple[str, int], ...]]:
+    """The op of a one-op program with its band constants (``Op.band_args``) made run-time arguments,
     and their values. Its text then names no row count, KV split count or grid, so the bands
     whose programs have the same tiles (a recipe's 2-, 4- and 8-row staged GEMVs, say) compile
     to one code object; a multi-op program keeps them in its text, where they size its sync
     edges and register tiles."""
-    (op,) = ops
     bindings, scalars = [], []
     for name, value in op.bindings:
         if name in op.band_args:
@@ -287,7 +287,7 @@ def band_generic(ops: tuple[Op, ...]) -> tuple[tuple[Op, ...], tuple[tuple[str, 
             scalars.append((arg.name, value))
             value = arg
         bindings.append((name, value))
-    return (replace(op, bindings=tuple(bindings)),), tuple(scalars)
+    return replace(op, bindings=tuple(bindings)), tuple(scalars)
 
 
 def _clocked(kind: str, profiling: bool) -> bool:

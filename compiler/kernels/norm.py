@@ -14,8 +14,8 @@ from .common import norm_weights, normed_rows
 
 
 @triton.jit
-def norm_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M, K: tl.constexpr, K_P: tl.constexpr,
-            EPS: tl.constexpr, G):
+def norm_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, M: tl.constexpr, K: tl.constexpr,
+            K_P: tl.constexpr, EPS: tl.constexpr, G: tl.constexpr):
     """x̂ of the band's M rows (x stored as X_PARTS split-K partials), row m on CTA m mod G, into
     the one copy every CTA of the next op reads."""
     g = norm_weights(norm_ptr, K, K_P)
