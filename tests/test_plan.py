@@ -183,20 +183,24 @@ def test_staged_programs_take_the_band_at_run_time_and_share_one_text_across_ban
     """A program of one op takes its band's row count, KV splits and grid as band arguments (role
     ``band``, their values in ``scalars``), so the default recipe's 2-, 4- and 8-row staged GEMVs,
     and its 1- to 8-row staged attention, are one text (one code object) each. A GEMV that stages
-    its own input keeps its row count in its text, as the norms and every multi-op program do."""
+    its own input, or is gated (up), keeps its row count in its text, as the norms and every
+    multi-op program do."""
     from monobuild.compiler.emit import emit
 
     recipe = load_recipe(RECIPES[[p.name for p in RECIPES].index("llama-3.2-1b-sm_90.yaml")])
     plan = plan_recipe(recipe)
     keys = {p.name: emit(p).key_parts() for p in plan.programs}
-    for op in ("qkv", "o", "up", "down"):
+    for op in ("qkv", "o", "down"):
         assert len({keys[f"layer.r{rows}t1.{op}"] for rows in (2, 4, 8)}) == 1, op
+    assert len({keys[f"layer.r{rows}t1.up"] for rows in (2, 4, 8)}) == 3
     assert len({keys[f"layer.r{rows}t1.attn"] for rows in (1, 2, 4, 8)}) == 1
     assert len({keys[f"embed.r{rows}t1"] for rows in (1, 2, 4, 8)}) == 1
     assert len(set(keys.values())) < len(keys)
     for rows in (2, 4, 8):
         qkv, attn, norm = (plan.program(f"layer.r{rows}t1.{op}") for op in ("qkv", "attn", "norm_qkv"))
         assert not norm.scalars and f"M={rows}," in emit(norm).source
+        up = plan.program(f"layer.r{rows}t1.up")
+        assert not up.scalars and f"M={rows}," in emit(up).source
         assert qkv.scalars == (("m", rows),) and [a.name for a in qkv.args if a.role == "band"] == ["m"]
         assert dict(attn.scalars) == {"rows": rows, "kv_splits": attn.param("SPLITS")}
     staging = plan.program("layer.r1t1.qkv")  # one row: each CTA norms x_in itself

@@ -147,10 +147,13 @@ def gemv_bindings(s: LayerShape, *, x: Arg, x_parts: int, norm: Arg | None, stag
             ("NORM_ROWS", p["NORM_ROWS"]))
 
 
-def gemv_band_args(x_parts: int, staged: Arg | None) -> tuple[str, ...]:
+def gemv_band_args(x_parts: int, staged: Arg | None, gated: bool = False) -> tuple[str, ...]:
     """A GEMV's band constants taken at run time (``Op.band_args``): its row count, unless each
-    CTA stages its input (a norm or a sum of partials, unrolled over the rows)."""
-    return ("M",) if x_parts == 1 and staged is None else ()
+    CTA stages its input (a norm or a sum of partials, unrolled over the rows) or the GEMV is
+    gated. Up's activation loads, given its rows, skip the padding rows' copies outright; as a
+    run-time value they cost its launch 5–7% at 2 and 8 rows on the H200 (0.379 → 0.404 ms a
+    step at 2 rows, docs/measurements/2026-12-06-h200-up-s2), two code objects' compile time."""
+    return ("M",) if x_parts == 1 and staged is None and not gated else ()
 
 
 def norm_op(s: LayerShape, name: str, x: Region, x_parts: int, norm: Arg, out: Region, reader: str,
@@ -303,7 +306,7 @@ def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
         weights=w_gate_up.streams
         + (() if ns else (WeightStream("mlp_norm", 1, h, wb),)),
-        band_args=gemv_band_args(1 if ns else s.o_split, None if ns else arg["x_hat_up"])))
+        band_args=gemv_band_args(1 if ns else s.o_split, None if ns else arg["x_hat_up"], gated=True)))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
     w_down = projection(s, ("w_down",), (h,), s.intermediate, s.block_n, s.down_split)
