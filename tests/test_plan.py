@@ -181,8 +181,8 @@ def test_norm_stages_give_the_head_a_norm_stage():
 
 def test_staged_programs_take_the_band_at_run_time_and_share_one_text_across_bands():
     """A program of one op takes its band's row count, KV splits and grid as band arguments (role
-    ``band``, their values in ``scalars``), so the default recipe's 2-, 4- and 8-row staged GEMVs,
-    and its 1- to 8-row staged attention, are one text (one code object) each. A GEMV that stages
+    ``band``, their values in ``scalars``), so the default recipe's 2-, 4- and 8-row staged qkv, o
+    and down, and its 1- to 8-row staged attention, are one text (one code object) each. A GEMV that stages
     its own input, or is gated (up), keeps its row count in its text, as the norms and every
     multi-op program do."""
     from monobuild.compiler.emit import emit

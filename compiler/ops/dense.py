@@ -152,7 +152,8 @@ def gemv_band_args(x_parts: int, staged: Arg | None, gated: bool = False) -> tup
     CTA stages its input (a norm or a sum of partials, unrolled over the rows) or the GEMV is
     gated. Up's activation loads, given its rows, skip the padding rows' copies outright; as a
     run-time value they cost its launch 5–7% at 2 and 8 rows on the H200 (0.379 → 0.404 ms a
-    step at 2 rows, docs/measurements/2026-12-06-h200-up-s2), two code objects' compile time."""
+    step at 2 rows, docs/measurements/2026-12-06-h200-up-s2), for two more code objects in the
+    default recipe."""
     return ("M",) if x_parts == 1 and staged is None and not gated else ()
 
 
