@@ -54,13 +54,14 @@ class _Fused:
 
 def routed_mlp(x: torch.Tensor, lw: LayerWeights, e: Experts) -> torch.Tensor:
     """A routed layer's MLP of the normed rows ``x`` [m, hidden], each row's chosen experts'
-    weights gathered from the fused tensors by index."""
+    weights gathered from the fused tensors by index (an FP8 checkpoint's with their scales,
+    dequantized in the graph)."""
     probs = (x @ lw.w_router.T).float().softmax(-1)
     weight, chosen = probs.topk(e.top_k, -1)
     if e.normalize:
         weight = weight / weight.sum(-1, keepdim=True)
-    gate, up = torch.einsum("mh,mkih->mki", x, lw.w_experts_gate_up[chosen]).chunk(2, -1)
-    out = torch.einsum("mki,mkhi->mkh", F.silu(gate) * up, lw.w_experts_down[chosen])
+    gate, up = torch.einsum("mh,mkih->mki", x, lw.experts("gate_up", chosen, x.dtype)).chunk(2, -1)
+    out = torch.einsum("mki,mkhi->mkh", F.silu(gate) * up, lw.experts("down", chosen, x.dtype))
     return (out * weight[..., None].to(out.dtype)).sum(1)
 
 

@@ -28,8 +28,8 @@ class DecodeCase:
 
 
 def random_state_dict(package, seed: int) -> dict:
-    """Random HF-named weights for ``package``: an FP8 package's projections quantized as its
-    checkpoint format stores them."""
+    """Random HF-named weights for ``package``: an FP8 package's projections (and experts)
+    quantized as its checkpoint format stores them."""
     gen = torch.Generator(device=package.device).manual_seed(seed)
     return random_hf_state_dict(package.geometry, package.dtype, gen, package.quant)
 

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import torch
 
-from ..runtime.weights import EXPERT_TENSORS, ROUTERS, dequantize_blocks
+from ..runtime.weights import EXPERT_TENSORS, ROUTERS, SCALES, dequantize_blocks
 from ..schema import Geometry, WeightQuant
 
 FP8_MAX = 448.0  # the largest finite E4M3 value
@@ -16,28 +16,31 @@ FP8_MAX = 448.0  # the largest finite E4M3 value
 
 def quantize_fp8_blocks(w: torch.Tensor, quant: WeightQuant) -> tuple[torch.Tensor, torch.Tensor]:
     """``w`` as an FP8 checkpoint stores it: E4M3 values and one fp32 ``weight_scale_inv`` per
-    block (the block's largest magnitude maps to 448), so that ``values · scale`` is ``w``."""
-    rows, cols = w.shape
+    block (the block's largest magnitude maps to 448), so that ``values · scale`` is ``w``; over
+    the last two dimensions (a stack of experts: each its own blocks, as each expert's tensor is
+    quantized on its own)."""
+    *lead, rows, cols = w.shape
     srows, scols = quant.scale_shape(rows, cols)
     br, bc = quant.block_rows, quant.block_cols
-    padded = torch.zeros(srows * br, scols * bc, dtype=torch.float32, device=w.device)
-    padded[:rows, :cols] = w.float()
-    blocks = padded.view(srows, br, scols, bc)
-    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / FP8_MAX
-    values = (blocks / scale[:, None, :, None]).view(srows * br, scols * bc)[:rows, :cols]
+    padded = torch.zeros(*lead, srows * br, scols * bc, dtype=torch.float32, device=w.device)
+    padded[..., :rows, :cols] = w.float()
+    blocks = padded.view(*lead, srows, br, scols, bc)
+    scale = blocks.abs().amax(dim=(-3, -1)).clamp(min=1e-12) / FP8_MAX
+    values = (blocks / scale[..., :, None, :, None]).view(*lead, srows * br, scols * bc)[..., :rows, :cols]
     return values.to(torch.float8_e4m3fn).contiguous(), scale.contiguous()
 
 
 def dequantized_state_dict(sd: Mapping, quant: WeightQuant, dtype: torch.dtype) -> dict:
-    """An FP8 checkpoint's HF state_dict as an unquantized one: every ``weight`` with a
-    ``weight_scale_inv`` beside it dequantized into ``dtype``, the scales dropped, the rest as is.
+    """An FP8 checkpoint's HF state_dict as an unquantized one: every tensor with its block scales
+    beside it (``weight`` and ``weight_scale_inv``; transformers' fused experts ``gate_up_proj`` and
+    ``gate_up_proj_scale_inv``) dequantized into ``dtype``, the scales dropped, the rest as is.
 
     What a framework without FP8 kernels computes with (the outside reference of an FP8 package)."""
     out = {}
     for name, t in sd.items():
-        if name.endswith(".weight_scale_inv"):
+        if name.endswith(SCALES):
             continue
-        scale = sd.get(name.removesuffix(".weight") + ".weight_scale_inv") if name.endswith(".weight") else None
+        scale = sd.get(name + SCALES)
         out[name] = t if scale is None else dequantize_blocks(t, scale, quant, dtype)
     return out
 
@@ -45,7 +48,8 @@ def dequantized_state_dict(sd: Mapping, quant: WeightQuant, dtype: torch.dtype) 
 def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torch.Generator,
                          quant: WeightQuant | None = None) -> dict:
     """Random weights under HF names, scaled like a trained model's (unit-RMS activations); with
-    ``quant``, the projections quantized as an FP8 checkpoint stores them.
+    ``quant``, the projections and experts quantized as an FP8 checkpoint stores them (each
+    expert's blocks its own, the stacks' scales beside them as transformers names them).
 
     Drawn on the generator's device (a CUDA generator draws a large model in seconds).
     """
@@ -90,27 +94,36 @@ def random_hf_state_dict(geometry: Geometry, dtype: torch.dtype, generator: torc
         if quant is not None:
             for name in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
                          "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"):
-                sd[p + name + ".weight"], sd[p + name + ".weight_scale_inv"] = \
-                    quantize_fp8_blocks(sd[p + name + ".weight"], quant)
+                if p + name + ".weight" in sd:  # a routed layer has no dense MLP
+                    sd[p + name + ".weight"], sd[p + name + ".weight" + SCALES] = \
+                        quantize_fp8_blocks(sd[p + name + ".weight"], quant)
+            if g.is_moe(i):
+                for name in ("mlp.experts.gate_up_proj", "mlp.experts.down_proj"):
+                    sd[p + name], sd[p + name + SCALES] = quantize_fp8_blocks(sd[p + name], quant)
     return sd
 
 
 def experts_apart(sd: dict, geometry: Geometry) -> dict:
     """``sd`` with each routed layer's experts stored apart, as the published checkpoints store
     them (``mlp.experts.N.gate_proj.weight``…; Mixtral's ``block_sparse_moe.experts.N.w1.weight``…
-    and ``block_sparse_moe.gate.weight``): what a safetensors directory holds."""
+    and ``block_sparse_moe.gate.weight``), an FP8 checkpoint's scales apart with them
+    (``…gate_proj.weight_scale_inv``): what a safetensors directory holds."""
     out = dict(sd)
-    inter = geometry.experts.intermediate
     gate, up, down = EXPERT_TENSORS[geometry.family]
     for i in geometry.moe_layers:
         p = f"model.layers.{i}."
-        gate_up, down_all = out.pop(p + "mlp.experts.gate_up_proj"), out.pop(p + "mlp.experts.down_proj")
         router = out.pop(p + ROUTERS[0])
         out[p + (ROUTERS[1] if geometry.family == "mixtral" else ROUTERS[0])] = router
-        for j in range(geometry.experts.count):
-            out[p + gate.format(j=j)] = gate_up[j, :inter].clone()
-            out[p + up.format(j=j)] = gate_up[j, inter:].clone()
-            out[p + down.format(j=j)] = down_all[j].clone()
+        for suffix in ("", SCALES):  # the weights, then an FP8 checkpoint's scales (their rows in blocks)
+            gate_up = out.pop(p + "mlp.experts.gate_up_proj" + suffix, None)
+            if gate_up is None:
+                continue
+            down_all = out.pop(p + "mlp.experts.down_proj" + suffix)
+            half = gate_up.shape[1] // 2  # inter rows, or inter / block_rows scale rows
+            for j in range(geometry.experts.count):
+                out[p + gate.format(j=j) + suffix] = gate_up[j, :half].clone()
+                out[p + up.format(j=j) + suffix] = gate_up[j, half:].clone()
+                out[p + down.format(j=j) + suffix] = down_all[j].clone()
     return out
 
 

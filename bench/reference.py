@@ -62,9 +62,9 @@ def routed_mlp(xh: torch.Tensor, w, experts: Experts, live: torch.Tensor, routin
         if experts.normalize:
             weight = weight / weight.sum()
         for j, wj in zip(chosen, weight):
-            gate_up = w.w_experts_gate_up[j].to(cd) @ xh[t]
+            gate_up = w.experts("gate_up", j, cd) @ xh[t]
             h = torch.nn.functional.silu(gate_up[:inter]) * gate_up[inter:]
-            out[t] += wj * (w.w_experts_down[j].to(cd) @ h)
+            out[t] += wj * (w.experts("down", j, cd) @ h)
     return out
 
 

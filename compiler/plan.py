@@ -197,7 +197,7 @@ class Planner:
         regions, ops = (moe_layer_regions, moe_layer_ops) if routed else (layer_regions, layer_ops)
         declared = regions(shape(full_grid))
         programs = self._moded(kind, band, mode, lambda grid: ops(shape(grid)), declared, full_grid, cx, entry)
-        return self._streamed(band, entry, cx, programs, declared) if self.tiling.streams(entry, mode) else programs
+        return self._streamed(band, entry, cx, programs, declared) if self.tiling.streams(entry, mode, kind) else programs
 
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:

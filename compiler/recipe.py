@@ -209,6 +209,7 @@ def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
         raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
     if g.group * max(b.tokens for b in d.bands) > MAX_QUERY_ROWS:
         raise Refusal(src, f"GQA group × verify tokens exceeds {MAX_QUERY_ROWS} query rows per attention task")
-    if g.experts is not None and d.quant is not None:
-        raise Refusal(src, "an FP8 checkpoint of a mixture-of-experts model: the routed experts' GEMVs read bf16 or "
-                           "fp16 weights only so far (the dense projections' FP8 path does not cover them)")
+    if g.experts is not None and d.quant is not None and g.experts.intermediate % d.quant.block_rows:
+        raise Refusal(src, f"an FP8 checkpoint whose experts' {g.experts.intermediate} gate rows are not whole "
+                           f"{d.quant.block_rows}-row scale blocks: its fused gate|up scales would mix an expert's "
+                           "gate and up rows in one block, which the routed GEMV scales apart")

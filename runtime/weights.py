@@ -5,8 +5,10 @@ tensors, or vLLM's fused ``qkv_proj`` / ``gate_up_proj`` (bound as row views of 
 tensor), so binding copies nothing and an engine does not hold its weights twice. A tensor is
 copied only where it must be: moved to the package's device, or made contiguous and 16-byte
 aligned (``ALIGNMENT``). An FP8 checkpoint's projections are E4M3 ``weight`` tensors with fp32
-``weight_scale_inv`` block scales beside them (``WeightQuant``), bound the same way. A missing or
-mis-shaped tensor is an error naming it with the expected shape and dtype.
+``weight_scale_inv`` block scales beside them (``WeightQuant``), bound the same way; so are its
+routed experts (the fused stacks' ``…_scale_inv``, or each expert's own, stacked as its weights
+are). The router stays in the model's dtype. A missing or mis-shaped tensor is an error naming it
+with the expected shape and dtype.
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ class LayerWeights:
     w_down_scale: torch.Tensor | None = None
     quant: WeightQuant | None = None  # their blocks
     # a routed layer's MLP: the router [experts, hidden], the experts' gate|up [experts, 2·inter,
-    # hidden] and down [experts, hidden, inter] (None in a dense layer)
+    # hidden] and down [experts, hidden, inter] (None in a dense layer), and an FP8 checkpoint's
+    # block scales of each expert's ([experts, blocks of its rows, blocks of its columns])
     w_router: torch.Tensor | None = None
     w_experts_gate_up: torch.Tensor | None = None
     w_experts_down: torch.Tensor | None = None
+    w_experts_gate_up_scale: torch.Tensor | None = None
+    w_experts_down_scale: torch.Tensor | None = None
 
     def projection(self, name: str, dtype: torch.dtype) -> torch.Tensor:
         """Projection ``name`` (qkv, o, gate_up, down) stacked as the programs see it, in
@@ -67,6 +72,13 @@ class LayerWeights:
             w, scale = getattr(self, t), getattr(self, t + "_scale")
             parts.append(w.to(dtype) if scale is None else dequantize_blocks(w, scale, self.quant, dtype))
         return torch.cat(parts)
+
+    def experts(self, name: str, index, dtype: torch.dtype) -> torch.Tensor:
+        """The experts ``index`` (an int, or a tensor of them) of the stack ``name`` (gate_up,
+        down) in ``dtype``, dequantized blockwise if they are FP8: what the programs multiply by.
+        A new tensor (a copy), for references and baselines."""
+        values, scale = getattr(self, "w_experts_" + name)[index], getattr(self, f"w_experts_{name}_scale")
+        return values.to(dtype) if scale is None else dequantize_blocks(values, scale[index], self.quant, dtype)
 
     def bias(self) -> torch.Tensor | None:
         """The q/k/v bias stacked as qkv's rows (a copy), None without one."""
@@ -138,7 +150,9 @@ def _projection(sd: Mapping, prefix: str, names: tuple[str, ...], fused: str | N
 
 #: Where a routed layer's tensors are, under ``model.layers.N.``: the router, then the experts'
 #: fused tensors (transformers', vLLM's), then each expert's own (the published checkpoints'),
-#: by family: (gate, up, down) of expert ``{j}``.
+#: by family: (gate, up, down) of expert ``{j}``. An FP8 checkpoint's block scales of each are
+#: the tensor's name + ``SCALES`` (``gate_up_proj_scale_inv``, ``w13_weight_scale_inv``,
+#: ``gate_proj.weight_scale_inv``).
 ROUTERS = ("mlp.gate.weight", "block_sparse_moe.gate.weight")
 FUSED_EXPERTS = (("mlp.experts.gate_up_proj", "mlp.experts.down_proj"),
                  ("mlp.experts.w13_weight", "mlp.experts.w2_weight"))
@@ -146,32 +160,50 @@ EXPERT_TENSORS = {"qwen3_moe": ("mlp.experts.{j}.gate_proj.weight", "mlp.experts
                                 "mlp.experts.{j}.down_proj.weight"),
                   "mixtral": ("block_sparse_moe.experts.{j}.w1.weight", "block_sparse_moe.experts.{j}.w3.weight",
                               "block_sparse_moe.experts.{j}.w2.weight")}
+SCALES = "_scale_inv"
 
 
-def _routed(sd: Mapping, prefix: str, g: Geometry, dtype: torch.dtype, device) -> dict[str, torch.Tensor]:
-    """A routed layer's router and experts (module docstring), checked; per-expert tensors stacked."""
+def _routed(sd: Mapping, prefix: str, g: Geometry, dtype: torch.dtype, device,
+            quant: WeightQuant | None) -> dict[str, torch.Tensor]:
+    """A routed layer's router and experts (module docstring), checked, with an FP8 checkpoint's
+    block scales; per-expert tensors stacked (gate rows above up rows, scales alike)."""
     e, h = g.experts, g.hidden
     inter = e.intermediate
     router = next((n for n in ROUTERS if prefix + n in sd), ROUTERS[0])
     out = {"w_router": _take(sd, prefix + router, (e.count, h), dtype, device)}
-    gate_up_shape, down_shape = (e.count, 2 * inter, h), (e.count, h, inter)
+    values = dtype if quant is None else torch.float8_e4m3fn
+    shapes = {"gate_up": (2 * inter, h), "down": (h, inter)}
+
     for gate_up, down in FUSED_EXPERTS:
         if prefix + gate_up in sd:
-            out["w_experts_gate_up"] = _take(sd, prefix + gate_up, gate_up_shape, dtype, device)
-            out["w_experts_down"] = _take(sd, prefix + down, down_shape, dtype, device)
+            for field, name in (("gate_up", gate_up), ("down", down)):
+                out["w_experts_" + field] = _take(sd, prefix + name, (e.count, *shapes[field]), values, device)
+                if quant is not None:
+                    out[f"w_experts_{field}_scale"] = _take(sd, prefix + name + SCALES,
+                                                            (e.count, *quant.scale_shape(*shapes[field])), torch.float32,
+                                                            device)
             return out
     gate, up, down = EXPERT_TENSORS.get(g.family, EXPERT_TENSORS["qwen3_moe"])
     if prefix + gate.format(j=0) not in sd:
-        raise WeightError(f"{prefix}{FUSED_EXPERTS[0][0]}: missing (expected {list(gate_up_shape)} {dtype}), and no "
-                          f"per-expert tensors ({prefix}{gate.format(j=0)}…) either")
+        raise WeightError(f"{prefix}{FUSED_EXPERTS[0][0]}: missing (expected {[e.count, *shapes['gate_up']]} "
+                          f"{values}), and no per-expert tensors ({prefix}{gate.format(j=0)}…) either")
     where = device if device is not None else sd[prefix + gate.format(j=0)].device
-    stacked_gate_up = torch.empty(gate_up_shape, dtype=dtype, device=where)
-    stacked_down = torch.empty(down_shape, dtype=dtype, device=where)
-    for j in range(e.count):
-        stacked_gate_up[j, :inter] = _take(sd, prefix + gate.format(j=j), (inter, h), dtype, None)
-        stacked_gate_up[j, inter:] = _take(sd, prefix + up.format(j=j), (inter, h), dtype, None)
-        stacked_down[j] = _take(sd, prefix + down.format(j=j), (h, inter), dtype, None)
-    out["w_experts_gate_up"], out["w_experts_down"] = stacked_gate_up, stacked_down
+    for field, pieces in (("gate_up", (gate, up)), ("down", (down,))):
+        rows, cols = shapes[field][0] // len(pieces), shapes[field][1]
+        stack = torch.empty((e.count, *shapes[field]), dtype=values, device=where)
+        scales = None if quant is None else torch.empty((e.count, *quant.scale_shape(*shapes[field])), dtype=torch.float32,
+                                                        device=where)
+        for j in range(e.count):
+            for k, piece in enumerate(pieces):
+                name = prefix + piece.format(j=j)
+                stack[j, k * rows:(k + 1) * rows] = _take(sd, name, (rows, cols), values, None)
+                if scales is not None:
+                    srows = quant.scale_shape(rows, cols)[0]
+                    scales[j, k * srows:(k + 1) * srows] = _take(sd, name + SCALES, quant.scale_shape(rows, cols),
+                                                                 torch.float32, None)
+        out["w_experts_" + field] = stack
+        if scales is not None:
+            out[f"w_experts_{field}_scale"] = scales
     return out
 
 
@@ -181,8 +213,9 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
     vLLM's fused ``self_attn.qkv_proj`` and ``mlp.gate_up_proj``, for the programs.
 
     Tensors already on ``device`` (default: where they are), contiguous and aligned are used in
-    place, the fused ones as views; nothing is concatenated. With ``quant`` the projections are
-    read as FP8 E4M3 with their ``weight_scale_inv`` block scales.
+    place, the fused ones as views; nothing is concatenated except a published checkpoint's
+    per-expert tensors (one stack per routed layer). With ``quant`` the projections and the
+    experts are read as FP8 E4M3 with their ``weight_scale_inv`` block scales.
     """
     g = geometry
     h, d, inter = g.hidden, g.head_dim, g.intermediate
@@ -198,7 +231,7 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
         (w_o,), (s_o,) = proj(("self_attn.o_proj",), None, (h,), nq)
         routed = {}
         if g.is_moe(i):
-            routed = _routed(sd, p, g, dtype, device)
+            routed = _routed(sd, p, g, dtype, device, quant)
             w_gate = w_up = w_down = s_gate = s_up = s_down = None
         else:
             (w_gate, w_up), (s_gate, s_up) = proj(("mlp.gate_proj", "mlp.up_proj"), "mlp.gate_up_proj", (inter, inter),
@@ -228,7 +261,8 @@ def pack_hf_state_dict(sd: Mapping, geometry: Geometry, dtype: torch.dtype, devi
 
 
 def dequantize_blocks(values: torch.Tensor, scale: torch.Tensor, quant: WeightQuant, dtype: torch.dtype) -> torch.Tensor:
-    """An FP8 projection in ``dtype``: each block of E4M3 ``values`` times its ``weight_scale_inv``."""
-    rows, cols = values.shape
-    full = scale.to(dtype).repeat_interleave(quant.block_rows, 0)[:rows]
-    return values.to(dtype) * full.repeat_interleave(quant.block_cols, 1)[:, :cols]
+    """An FP8 projection in ``dtype``: each block of E4M3 ``values`` times its ``weight_scale_inv``
+    (over the last two dimensions: a stack of experts, each with its own scales)."""
+    rows, cols = values.shape[-2:]
+    full = scale.to(dtype).repeat_interleave(quant.block_rows, -2)[..., :rows, :]
+    return values.to(dtype) * full.repeat_interleave(quant.block_cols, -1)[..., :cols]

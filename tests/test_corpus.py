@@ -1,7 +1,9 @@
 """The corpus of published configs (tests/data/configs/, written from each model's config.json as
-published): every model of the served families, the routed ones (Qwen3-MoE, Mixtral) among them,
-plans for sm_90 at 1 and 8 rows and a 1 × 6 verify band, or is refused with the reason a feature
-the programs do not have yet."""
+published; a ``-fp8`` one is its model's config with the ``quantization_config`` that the Qwen3
+FP8 checkpoints publish, recipes/configs/qwen3-8b-fp8.json's): every model of the served
+families, the routed ones (Qwen3-MoE, Mixtral) and FP8 checkpoints among them, plans for sm_90
+at 1 and 8 rows and a 1 × 6 verify band, or is refused with the reason a feature the programs do
+not have yet."""
 
 import json
 from pathlib import Path
@@ -35,18 +37,31 @@ def test_each_published_config_plans(config, tmp_path):
             load_recipe(recipe)
         return
     plan = plan_recipe(load_recipe(recipe))
-    g = plan.recipe.geometry
+    g, quant = plan.recipe.geometry, plan.recipe.deployment.quant
     if config.stem == "mistral-7b-v0.1":  # its 4096-position window, every layer
         assert g.sliding_window == 4096
+    assert (quant is not None) == config.stem.endswith("-fp8")
+
+    def stored(rows: int, cols: int) -> int:
+        """A projection's bytes as the checkpoint stores it: bf16, or E4M3 and its block scales."""
+        if quant is None:
+            return rows * cols * 2
+        srows, scols = quant.scale_shape(rows, cols)
+        return rows * cols + srows * scols * 4
+
+    h, d, inter = g.hidden, g.head_dim, g.intermediate
+    attention = [(g.q_heads * d, h), (g.kv_heads * d, h), (g.kv_heads * d, h), (h, g.q_heads * d)]
+    mlp = [(inter, h), (inter, h), (h, inter)]
+    rest = (g.layer_weight_elems - sum(r * c for r, c in attention + mlp)) * 2  # norms and biases, bf16
     for p in plan.programs:
-        if p.kind == "layer" and p.mode == "persistent":
-            weights = sum(s.weight_bytes for s in p.stages)
-            assert weights == g.layer_weight_elems * 2, p.name  # every weight of a layer, read once
+        if p.kind == "layer" and p.mode == "persistent":  # every weight of a layer, read once
+            assert sum(s.weight_bytes for s in p.stages) == rest + sum(stored(*x) for x in attention + mlp), p.name
         if p.kind == "moe" and p.mode == "persistent":  # the same, its MLP the router and each chosen expert
             e = g.experts
-            mlp = 3 * g.intermediate * g.hidden
-            assert sum(s.weight_bytes for s in p.stages) == (g.layer_weight_elems - mlp + e.count * g.hidden) * 2
-            assert sum(s.bytes_per_expert for s in p.stages) == 3 * e.intermediate * g.hidden * 2, p.name
+            weights = rest + sum(stored(*x) for x in attention) + e.count * h * 2
+            assert sum(s.weight_bytes for s in p.stages) == weights, p.name
+            experts = stored(2 * e.intermediate, h) + stored(h, e.intermediate)
+            assert sum(s.bytes_per_expert for s in p.stages) == experts, p.name
 
 
 def test_todays_sample_compiles_and_checks_on_every_target():

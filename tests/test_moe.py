@@ -69,16 +69,51 @@ def test_unserved_routed_configs_are_refused_naming_the_field(name, changes, fie
     assert e.value.field == field
 
 
-def test_an_fp8_routed_checkpoint_is_refused_with_its_reason(tmp_path):
-    cfg = _config("tiny-qwen3-moe.json", quantization_config={"quant_method": "fp8", "fmt": "e4m3",
-                                                              "weight_block_size": [64, 64],
-                                                              "activation_scheme": "dynamic"})
+def _fp8_routed_recipe(tmp_path, block=(32, 64), **changes) -> Path:
+    cfg = _config("tiny-qwen3-moe-fp8.json", **changes)
+    cfg["quantization_config"]["weight_block_size"] = list(block)
     (tmp_path / "c.json").write_text(json.dumps(cfg))
     (tmp_path / "r.yaml").write_text("config: c.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\nkv_cache: {dtype: "
-                                     "bf16, block_size: 16}\nbands: [1]\nmax_context: 256\nhead: ids\n")
-    result = CliRunner().invoke(main, ["plan", str(tmp_path / "r.yaml")])
+                                     "bf16, block_size: 16}\nbands: [1, 2]\nmax_context: 256\nhead: ids\n")
+    return tmp_path / "r.yaml"
+
+
+def test_an_fp8_routed_checkpoint_reads_its_experts_in_fp8_with_their_scales(tmp_path):
+    """The experts' stacks are E4M3 with their block scales beside them; the router, the norms and
+    the head stay bf16; an expert's bytes are its E4M3 values and its scales."""
+    recipe = load_recipe(_fp8_routed_recipe(tmp_path))
+    plan = plan_recipe(recipe)
+    moe = plan.program("moe.r2t1.persistent")
+    args = {a.name: a.type for a in moe.args}
+    assert args["w_experts_gate_up"] == args["w_experts_down"] == args["w_q"] == "*fp8e4nv"
+    assert args["w_experts_gate_up_scale"] == args["w_experts_down_scale"] == "*fp32"
+    assert args["w_router"] == args["mlp_norm"] == "*bf16"
+    e, h = recipe.geometry.experts, recipe.geometry.hidden
+    stages = {s.name: s for s in moe.stages}
+    assert stages["experts_up"].bytes_per_expert == 2 * e.intermediate * h + (2 * e.intermediate // 32) * (h // 64) * 4
+    assert stages["experts_down"].bytes_per_expert == h * e.intermediate + (h // 32) * (e.intermediate // 64) * 4
+    assert moe.param("BK") <= 64  # a chunk lies in one scale block's columns
+
+
+def test_fp8_routed_layers_run_on_the_triton_executor_where_the_table_streams(tmp_path):
+    """The streaming loader's expert units carry no scales: a routed FP8 program falls back to the
+    Triton executor even where its entry streams, and the dense layers of the model still stream."""
+    from monobuild.compiler.schedule import load_schedule, parse_schedule
+
+    shipped = load_schedule("sm_90")
+    doc = {"defaults": shipped.defaults.__dict__,
+           "entries": [{"match": {"kind": kind}, "set": {"streaming": 1, "ctas_per_sm": 1, "block_k": 64}}
+                       for kind in ("layer", "moe")]}
+    plan = plan_recipe(load_recipe(_fp8_routed_recipe(tmp_path, block=(64, 64))), parse_schedule(doc, "table"))
+    assert plan.program("moe.r1t1.persistent").executor == "triton"
+    assert plan.program("layer.r1t1.persistent").executor == "gluon"
+
+
+def test_an_fp8_routed_checkpoint_whose_experts_split_a_scale_block_is_refused(tmp_path):
+    recipe = _fp8_routed_recipe(tmp_path, block=(128, 128))  # 64 gate rows, half a block
+    result = CliRunner().invoke(main, ["plan", str(recipe)])
     assert result.exit_code == 2 and result.output.count("\n") == 1
-    assert "routed experts' GEMVs read bf16 or fp16 weights only" in result.output
+    assert "experts' 64 gate rows are not whole 128-row scale blocks" in result.output
 
 
 @pytest.fixture
@@ -179,6 +214,58 @@ def test_experts_stored_apart_are_stacked_once(config):
     for i in g.moe_layers:
         for field in ("w_router", "w_experts_gate_up", "w_experts_down"):
             assert torch.equal(getattr(fused.layers[i], field), getattr(apart.layers[i], field)), (i, field)
+
+
+@pytest.fixture
+def routed_fp8():
+    g, quant = load_config(DATA / "tiny-qwen3-moe-fp8.json")
+    return g, quant, random_hf_state_dict(g, torch.bfloat16, torch.Generator().manual_seed(2), quant)
+
+
+def test_fp8_experts_are_bound_in_place_with_their_scales(routed_fp8):
+    """transformers' fused FP8 experts (``gate_up_proj`` and ``gate_up_proj_scale_inv``…) and vLLM's
+    (``w13_weight_scale_inv``…) are read where they are; a published checkpoint's per-expert
+    tensors and scales stack to the same values."""
+    g, quant, sd = routed_fp8
+    packed = pack_hf_state_dict(sd, g, torch.bfloat16, quant=quant)
+    layer, p = packed.layers[0], "model.layers.0.mlp.experts."
+    assert layer.w_experts_gate_up.dtype == torch.float8_e4m3fn
+    assert layer.w_experts_gate_up_scale.data_ptr() == sd[p + "gate_up_proj_scale_inv"].data_ptr()
+    assert layer.w_experts_down_scale.data_ptr() == sd[p + "down_proj_scale_inv"].data_ptr()
+    vllm = dict(sd)
+    for old, new in (("gate_up_proj", "w13_weight"), ("down_proj", "w2_weight")):
+        for suffix in ("", "_scale_inv"):
+            vllm[p + new + suffix] = vllm.pop(p + old + suffix)
+    assert pack_hf_state_dict(vllm, g, torch.bfloat16, quant=quant).layers[0].w_experts_down_scale.data_ptr() == \
+        sd[p + "down_proj_scale_inv"].data_ptr()
+    apart = pack_hf_state_dict(experts_apart(sd, g), g, torch.bfloat16, quant=quant)
+    for i in g.moe_layers:
+        for field in ("w_experts_gate_up", "w_experts_down", "w_experts_gate_up_scale", "w_experts_down_scale"):
+            ours, theirs = getattr(packed.layers[i], field), getattr(apart.layers[i], field)
+            assert torch.equal(ours.view(torch.uint8) if ours.dtype == torch.float8_e4m3fn else ours,
+                               theirs.view(torch.uint8) if theirs.dtype == torch.float8_e4m3fn else theirs), field
+    # what the reference and the baseline multiply by: each expert dequantized with its own blocks
+    from monobuild.bench.checkpoints import dequantized_state_dict
+
+    plain = dequantized_state_dict(sd, quant, torch.float32)
+    assert torch.equal(layer.experts("down", 5, torch.float32), plain[p + "down_proj"][5])
+    chosen = torch.tensor([[3, 1]])
+    assert torch.equal(layer.experts("gate_up", chosen, torch.float32)[0, 1], plain[p + "gate_up_proj"][1])
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda sd: sd.pop("model.layers.0.mlp.experts.gate_up_proj_scale_inv"),
+     r"model.layers.0.mlp.experts.gate_up_proj_scale_inv: missing \(expected \[16, 4, 4\] torch.float32\)"),
+    (lambda sd: sd.__setitem__("model.layers.2.mlp.experts.down_proj",
+                               sd["model.layers.2.mlp.experts.down_proj"].to(torch.bfloat16)),
+     r"model.layers.2.mlp.experts.down_proj: expected \[16, 256, 64\] torch.float8_e4m3fn, got \[16, 256, 64\] "
+     r"torch.bfloat16"),
+])
+def test_a_missing_or_misshaped_fp8_expert_tensor_is_named(routed_fp8, edit, message):
+    g, quant, sd = routed_fp8
+    edit(sd)
+    with pytest.raises(WeightError, match=message):
+        pack_hf_state_dict(sd, g, torch.bfloat16, quant=quant)
 
 
 @pytest.mark.parametrize("edit,message", [

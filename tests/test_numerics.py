@@ -107,9 +107,14 @@ CASES = [
     # …whose router ties every expert: each live row chooses the lowest-indexed ones
     ("tiny-qwen3-moe.json", "fp32", 2, 1, [60, 25], "router_tie"),
     ("tiny-qwen3-moe.json", "bf16", 2, 1, [33, 0], "router_tie_persistent"),
+    # an FP8 checkpoint's routed layers (32 × 64 blocks, each expert's own): its experts' GEMVs
+    # scale their products by the chosen expert's blocks; staged, a verify band, persistent
+    ("tiny-qwen3-moe-fp8.json", "bf16", 4, 1, [77, 0, 130, 9]),
+    ("tiny-qwen3-moe-fp8.json", "bf16", 1, 6, [120], "split_k"),
+    ("tiny-qwen3-moe-fp8.json", "bf16", 2, 1, [70, 33], "persistent"),
 ]
 BOUND = {"fp32": 1e-4, "bf16": 1e-2, "fp16": 1e-2 / 8}  # fp16: bf16's, less its 3 more mantissa bits
-TOP_K = {"tiny-qwen3-moe.json": 4, "tiny-mixtral.json": 2}  # experts a token row chooses
+TOP_K = {"tiny-qwen3-moe.json": 4, "tiny-qwen3-moe-fp8.json": 4, "tiny-mixtral.json": 2}  # experts a token row chooses
 KV_BOUND = {"fp32": 1e-6, "bf16": 2**-7, "fp16": 2**-10}  # one rounding of the new K/V, relative to the cache's max
 
 

@@ -134,3 +134,17 @@ def test_each_routing_dependent_defect_is_caught(packages, tmp_path, target, pla
     caught = [v for v in report.violations if v.contract == contract and v.program == ROUTED and v.where.startswith(where)]
     assert caught, "\n".join(v.line() for v in report.violations) or "no violation reported"
     assert all(v.program == ROUTED for v in report.violations), "the defect leaked into other programs' reports"
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
+def test_fp8_routed_packages_pass(tmp_path, target):
+    """An FP8 checkpoint's routed programs (E4M3 experts, each expert's block scales) compile for
+    every target and hold their contracts."""
+    from .conftest import compile_tiny
+
+    options = () if target == "sm_90" else ("--target", target, "--sm-count", "4")
+    pkg = compile_tiny(tmp_path, *options, config="tiny-qwen3-moe-fp8.json")[1]
+    args = {a["name"]: a["type"] for a in _program(_manifest(pkg), ROUTED)["args"]}
+    assert args["w_experts_gate_up"] == "*fp8e4nv" and args["w_experts_down_scale"] == "*fp32"
+    report = check_package(pkg)
+    assert report.ok, "\n".join(v.line() for v in report.violations)

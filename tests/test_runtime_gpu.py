@@ -5,7 +5,8 @@ Marked ``gpu``; skipped without a CUDA device or without packages. Point
 elsewhere with ``monobuild compile recipes/llama-3.2-1b-sm_90.yaml --out DIR``); the FP8 tests
 also want ``qwen3-8b-fp8-sm_90/sm_90`` there, the routed (mixture-of-experts) tests
 ``qwen3-moe-mixed-sm_90/sm_90`` (``tests/data/qwen3-moe-mixed-sm_90.yaml``: Qwen3-30B-A3B's layers,
-four of them, the second dense), the widest GQA group's ``qwen3-235b-layers-sm_90/sm_90``
+four of them, the second dense) and its FP8 checkpoint's ``qwen3-moe-mixed-fp8-sm_90/sm_90``, the
+widest GQA group's ``qwen3-235b-layers-sm_90/sm_90``
 (``tests/data/qwen3-235b-layers-sm_90.yaml``), and skip without them.
 
 Each step is checked against the float64 reference over the same weights and caches. The bound
@@ -41,6 +42,7 @@ from monobuild.runtime.buffers import StepInputs  # noqa: E402
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
 FP8 = Path(PACKAGES) / "qwen3-8b-fp8-sm_90" / "sm_90"
 MOE = Path(PACKAGES) / "qwen3-moe-mixed-sm_90" / "sm_90"
+MOE_FP8 = Path(PACKAGES) / "qwen3-moe-mixed-fp8-sm_90" / "sm_90"
 WIDE_GQA = Path(PACKAGES) / "qwen3-235b-layers-sm_90" / "sm_90"
 
 
@@ -100,6 +102,22 @@ def test_routed_step_matches_reference(moe, mode, rows, tokens):
     under the same bound as bf16's; each routed layer's record holds the union of the experts the
     reference's live rows chose, wherever their top-k margins decide it."""
     _check_step_against_reference(*moe, mode, rows, tokens)
+
+
+@pytest.fixture(scope="module")
+def moe_fp8():
+    if not (MOE_FP8 / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-moe-mixed-fp8-sm_90/sm_90")
+    pkg = runtime.load(MOE_FP8)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=5))
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+@pytest.mark.parametrize("rows,tokens", [(1, 1), (3, 1), (8, 1), (1, 6)])
+def test_fp8_routed_step_matches_reference(moe_fp8, mode, rows, tokens):
+    """An FP8 checkpoint's routed step (E4M3 experts with their block scales, the dense layer's
+    projections too) against the float64 reference over the dequantized weights."""
+    _check_step_against_reference(*moe_fp8, mode, rows, tokens)
 
 
 @pytest.mark.parametrize("mode", ["persistent", "staged"])

@@ -8,13 +8,17 @@ experts_down): a load of it inside the software-pipelined loop would become an L
 asynchronous copy (``cp.async.ca``: Triton's pipeliner has no 4-byte ``.cg`` copy), which
 contract I3 refuses for a region another CTA writes. Expert e's rows are addressed from
 ``w_ptr + e · (its rows × columns)`` in 64-bit arithmetic (a model's experts together pass 2³¹
-elements), the rows within it in 32-bit.
+elements), the rows within it in 32-bit. An FP8 checkpoint's experts are E4M3 with one fp32
+scale per block (``expert_scales``: the expert's own from the stack's), and a chunk's product is
+scaled by its rows' scales as a dense FP8 GEMV's (``common.chunk_product``): the chunk lies in one
+scale block's columns, and an expert's gate and up rows are whole blocks apart (the recipe refuses
+an intermediate size that is not whole blocks).
 """
 
 import triton
 import triton.language as tl
 
-from .common import load_parts, load_w_chunk, mm
+from .common import chunk_product, load_parts, load_w_chunk
 from .gemv import _store_tile, _tile_rows
 
 
@@ -55,11 +59,18 @@ def slot_expert(slot_experts, slot, SLOTS_P: tl.constexpr):
 
 
 @triton.jit
+def expert_scales(scale_ptr, expert, ROWS: tl.constexpr, COLS: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr):
+    """Expert ``expert``'s block scales in a stack of [⌈ROWS/QBN⌉, ⌈COLS/QBK⌉] per expert."""
+    return scale_ptr + expert.to(tl.int64) * (((ROWS + QBN - 1) // QBN) * ((COLS + QBK - 1) // QBK))
+
+
+@triton.jit
 def experts_up_op(pid, pre, logits_ptr, L_PARTS: tl.constexpr, context_lens_ptr, M: tl.constexpr,
                   ROWS_P: tl.constexpr, TOKENS: tl.constexpr, E: tl.constexpr, E_P: tl.constexpr, TOPK: tl.constexpr,
-                  NORMALIZE: tl.constexpr, SLOTS: tl.constexpr, SLOTS_P: tl.constexpr, routed_ptr, x_ptr, w_ptr, h_ptr,
-                  INTER: tl.constexpr, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
-                  DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
+                  NORMALIZE: tl.constexpr, SLOTS: tl.constexpr, SLOTS_P: tl.constexpr, routed_ptr, x_ptr, w_ptr,
+                  scale_ptr, QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, h_ptr, INTER: tl.constexpr,
+                  K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, DOT_IEEE: tl.constexpr,
+                  W_STAGES: tl.constexpr):
     """Route the band's rows, then the CTA's (slot, tile) tasks: h[slot, :M, tile] = weight ·
     silu(x̂ · W_gate[e, tile]ᵀ) · (x̂ · W_up[e, tile]ᵀ), e the slot's expert, weight each row's
     weight of e (0 where the row did not choose it). One software-pipelined loop over the CTA's
@@ -92,10 +103,14 @@ def experts_up_op(pid, pre, logits_ptr, L_PARTS: tl.constexpr, context_lens_ptr,
         w_e = w_ptr + expert.to(tl.int64) * (2 * INTER * K)
         rows, row_mask = _tile_rows(tile, j, BN, INTER, True, INTER)
         k0 = chunk * BK
+        if QUANT:
+            s_e = expert_scales(scale_ptr, expert, 2 * INTER, K, QBN, QBK)
+        else:
+            s_e = scale_ptr
         w = load_w_chunk(w_e, w_e, w_e, rows, row_mask, k0, K, BK, 1, 0, 0)
         x = tl.load(x_ptr + r[:, None] * K + (k0 + k)[None, :], mask=(r[:, None] < M) & (k0 + k < K)[None, :],
                     other=0.0, cache_modifier=".cg")
-        acc += mm(x.to(w.dtype), w, DOT_IEEE)
+        acc += chunk_product(x, w, s_e, s_e, s_e, rows, row_mask, k0, K, QUANT, QBN, QBK, 1, 0, 0, DOT_IEEE)
         if chunk == CHUNKS - 1:
             gate, up = tl.split(tl.reshape(acc, [ROWS_P, BN, 2]))
             row_weight = tl.sum(tl.where(e[None, :] == expert, weight, 0.0), axis=1)
@@ -107,7 +122,8 @@ def experts_up_op(pid, pre, logits_ptr, L_PARTS: tl.constexpr, context_lens_ptr,
 
 
 @triton.jit
-def experts_down_op(pid, pre, routed_ptr, h_ptr, w_ptr, residual_ptr, RES_PARTS: tl.constexpr, out_ptr,
+def experts_down_op(pid, pre, routed_ptr, h_ptr, w_ptr, scale_ptr, QUANT: tl.constexpr, QBN: tl.constexpr,
+                    QBK: tl.constexpr, residual_ptr, RES_PARTS: tl.constexpr, out_ptr,
                     N: tl.constexpr, INTER: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr,
                     BK: tl.constexpr, SPLIT: tl.constexpr, SLOTS: tl.constexpr, SLOTS_P: tl.constexpr, G: tl.constexpr,
                     DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
@@ -136,11 +152,16 @@ def experts_down_op(pid, pre, routed_ptr, h_ptr, w_ptr, residual_ptr, RES_PARTS:
         k0 = (c % CH) * BK
         expert = tl.maximum(slot_expert(slot_experts, slot, SLOTS_P), 0)  # -1 past the slots: masked anyway
         w_e = w_ptr + expert.to(tl.int64) * (N * INTER)
+        if QUANT:
+            s_e = expert_scales(scale_ptr, expert, N, INTER, QBN, QBK)
+        else:
+            s_e = scale_ptr
         rows = tile * BN + tl.arange(0, BN)
-        w = load_w_chunk(w_e, w_e, w_e, rows, (rows < N) & valid, k0, INTER, BK, 1, 0, 0)
+        row_mask = (rows < N) & valid
+        w = load_w_chunk(w_e, w_e, w_e, rows, row_mask, k0, INTER, BK, 1, 0, 0)
         x = tl.load(h_ptr + slot * M * INTER + r[:, None] * INTER + (k0 + k)[None, :],
                     mask=(r[:, None] < M) & (k0 + k < INTER)[None, :] & valid, other=0.0, cache_modifier=".cg")
-        acc += mm(x.to(w.dtype), w, DOT_IEEE)
+        acc += chunk_product(x, w, s_e, s_e, s_e, rows, row_mask, k0, INTER, QUANT, QBN, QBK, 1, 0, 0, DOT_IEEE)
         if step == per - 1:
             _store_tile(acc, tile, split, out_ptr, None, None, None, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, False,
                         True, False, 1, 0, 0)

@@ -21,7 +21,9 @@ then norm_up, router, experts_up, experts_down.
 
 The expert weights are the engine's fused tensors, read in place: gate|up [experts, 2·inter,
 hidden] (an expert's gate rows, then its up rows) and down [experts, hidden, inter], as
-transformers (``Qwen3MoeExperts``, ``MixtralExperts``) and vLLM (``w13``, ``w2``) hold them.
+transformers (``Qwen3MoeExperts``, ``MixtralExperts``) and vLLM (``w13``, ``w2``) hold them; an
+FP8 checkpoint's as E4M3 with their block scales beside them (``_expert_stack``), the router in
+the model's dtype.
 
 Every CTA signals each edge once whatever routing chose, so no wait's target depends on it
 (contracts I4, I5 and the once-a-step signal rule, docs/contracts.md).
@@ -29,7 +31,7 @@ Every CTA signals each edge once whatever routing chose, so no wait's target dep
 
 from __future__ import annotations
 
-from ...schema import Region
+from ...schema import DTYPE_BYTES, Arg, Region
 from .dense import (
     LayerShape,
     Projection,
@@ -78,6 +80,23 @@ def _routing_bindings(s: LayerShape, logits) -> tuple[tuple[str, object], ...]:
             ("SLOTS", e.slots), ("SLOTS_P", p["SLOTS_P"]))
 
 
+def _expert_stack(s: LayerShape, name: str, rows: int, cols: int) -> tuple[tuple[tuple[str, object], ...], int]:
+    """The bindings of an expert stack ``name`` ([experts, rows, cols], in the projections' dtype)
+    and its block scales (an FP8 checkpoint's ``weight_scale_inv``, [experts, ⌈rows/QBN⌉,
+    ⌈cols/QBK⌉] fp32: ``kernels/moe`` scales each expert's products by its own), and the bytes one
+    expert of it moves."""
+    q = s.quant
+    stack = tensor(name, s.dtypes.projection, "layer_weight")
+    nbytes = rows * cols * DTYPE_BYTES[s.dtypes.projection]
+    scale: Arg | None = None
+    if q is not None:
+        scale = tensor(name + "_scale", s.dtypes.scales, "layer_weight")
+        srows, scols = q.scale_shape(rows, cols)
+        nbytes += srows * scols * DTYPE_BYTES[s.dtypes.scales]
+    return (("w_ptr", stack), ("scale_ptr", scale), ("QUANT", q is not None), ("QBN", q.block_rows if q else 1),
+            ("QBK", q.block_cols if q else 1)), nbytes
+
+
 def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     """norm_up, router, experts_up, experts_down."""
     e = s.routed
@@ -100,25 +119,26 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         needs=(Need("x_hat_up", "the task's K-slice of every row"),), weights=router.streams))
 
     up_tiles = -(-e.inter // s.block_n)
-    gate_up = wt("w_experts_gate_up")
+    gate_up, gate_up_bytes = _expert_stack(s, "w_experts_gate_up", 2 * e.inter, h)
     ops.append(Op(
         "experts_up", "experts_up_op", None, e.slots * up_tiles,
         f"route every row (top {e.top_k} of {e.count}), then (slot, tile of {s.block_n} of the expert's gate and "
         f"up rows) over the experts the band's rows chose (at most {e.slots}): h[slot] = weight · silu(g)·u",
         (*_routing_bindings(s, arg["router_logits"]), ("routed_ptr", arg["routed"]), ("x_ptr", arg["x_hat_up"]),
-         ("w_ptr", gate_up), ("h_ptr", arg["h_experts"]), ("INTER", e.inter),
+         *gate_up, ("h_ptr", arg["h_experts"]), ("INTER", e.inter),
          ("K", h), ("BN", s.block_n), ("BK", p["BK"]), ("G", s.grid), ("DOT_IEEE", p["DOT_IEEE"]),
          ("W_STAGES", p["W_STAGES"])),
         writes=(r["routed"], r["h_experts"]), reads=("router_logits", "x_hat_up"),
         needs=(Need("router_logits", "every row's logits (all K-split partials)"),
                Need("x_hat_up", "every row's K columns")),
-        bytes_per_expert=2 * e.inter * h * wb))
+        bytes_per_expert=gate_up_bytes))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
+    down, down_bytes = _expert_stack(s, "w_experts_down", h, e.inter)
     ops.append(Op(
         "experts_down", "experts_down_op", None, tasks,
         "h[slots] · W_down[expert] rows over the chosen experts' concatenated columns + x1 " + tiles,
-        (("routed_ptr", arg["routed"]), ("h_ptr", arg["h_experts"]), ("w_ptr", wt("w_experts_down")),
+        (("routed_ptr", arg["routed"]), ("h_ptr", arg["h_experts"]), *down,
          ("residual_ptr", arg["x1"]), ("RES_PARTS", s.o_split), ("out_ptr", arg["x_out"]), ("N", h),
          ("INTER", e.inter), ("M", m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
          ("SPLIT", s.down_split), ("SLOTS", e.slots), ("SLOTS_P", p["SLOTS_P"]), ("G", s.grid),
@@ -126,5 +146,5 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         writes=(r["x_out"],), reads=("routed", "h_experts", "x1"),
         needs=(Need("routed", "the step's slots"), Need("h_experts", "the slots in the task's K share"),
                Need("x1", "the task's output columns")),
-        bytes_per_expert=e.inter * h * wb, io_bytes=m * h * 4, releases_next_launch=True))
+        bytes_per_expert=down_bytes, io_bytes=m * h * 4, releases_next_launch=True))
     return tuple(ops)
