@@ -2,8 +2,8 @@
 with transformers' own models on CPU: Llama (llama3 RoPE scaling, tied head), Qwen3 (q/k norm),
 Mistral with a sliding window (a 40-position window under 130-token prompts: transformers keeps
 only the window's last positions in its cache), and the routed families, Qwen3-MoE (with a dense
-layer between routed ones) and Mixtral, bound from transformers' own state_dict (its fused expert
-tensors).
+layer between routed ones, and as an FP8 checkpoint: its experts dequantized for transformers) and
+Mixtral, bound from transformers' own state_dict (its fused expert tensors).
 
 Each row's prompt is prefilled by the transformers model; its cache is copied into the paged KV
 cache (rows scattered over random blocks) and the next tokens are run through both. Both
@@ -33,7 +33,7 @@ BLOCK = 16
 
 @pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3.json", "tiny-qwen2-gqa3.json",
                                     "tiny-llama-fp8.json", "tiny-qwen3-fp8.json", "tiny-mistral-window.json",
-                                    "tiny-qwen3-moe.json", "tiny-mixtral.json"])
+                                    "tiny-qwen3-moe.json", "tiny-qwen3-moe-fp8.json", "tiny-mixtral.json"])
 @pytest.mark.parametrize("tokens", [1, 3])
 def test_reference_step_matches_transformers(config, tokens):
     path = DATA / config
