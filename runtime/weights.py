@@ -173,7 +173,6 @@ def _routed(sd: Mapping, prefix: str, g: Geometry, dtype: torch.dtype, device,
     out = {"w_router": _take(sd, prefix + router, (e.count, h), dtype, device)}
     values = dtype if quant is None else torch.float8_e4m3fn
     shapes = {"gate_up": (2 * inter, h), "down": (h, inter)}
-
     for gate_up, down in FUSED_EXPERTS:
         if prefix + gate_up in sd:
             for field, name in (("gate_up", gate_up), ("down", down)):
@@ -191,16 +190,18 @@ def _routed(sd: Mapping, prefix: str, g: Geometry, dtype: torch.dtype, device,
     for field, pieces in (("gate_up", (gate, up)), ("down", (down,))):
         rows, cols = shapes[field][0] // len(pieces), shapes[field][1]
         stack = torch.empty((e.count, *shapes[field]), dtype=values, device=where)
-        scales = None if quant is None else torch.empty((e.count, *quant.scale_shape(*shapes[field])), dtype=torch.float32,
-                                                        device=where)
+        scales = piece_scales = None
+        if quant is not None:  # a piece's scales are whole blocks of the stack's (the recipe's rule)
+            piece_scales = quant.scale_shape(rows, cols)
+            scales = torch.empty((e.count, len(pieces) * piece_scales[0], piece_scales[1]), dtype=torch.float32,
+                                 device=where)
         for j in range(e.count):
             for k, piece in enumerate(pieces):
                 name = prefix + piece.format(j=j)
                 stack[j, k * rows:(k + 1) * rows] = _take(sd, name, (rows, cols), values, None)
                 if scales is not None:
-                    srows = quant.scale_shape(rows, cols)[0]
-                    scales[j, k * srows:(k + 1) * srows] = _take(sd, name + SCALES, quant.scale_shape(rows, cols),
-                                                                 torch.float32, None)
+                    srows = piece_scales[0]
+                    scales[j, k * srows:(k + 1) * srows] = _take(sd, name + SCALES, piece_scales, torch.float32, None)
         out["w_experts_" + field] = stack
         if scales is not None:
             out[f"w_experts_{field}_scale"] = scales

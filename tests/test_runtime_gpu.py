@@ -71,12 +71,18 @@ def test_step_matches_reference(llama, mode, rows, tokens):
     _check_step_against_reference(*llama, mode, rows, tokens)
 
 
+def _bound(path: Path, seed: int):
+    """The package at ``path`` (skipping where MONOBUILD_TEST_PACKAGES lacks it), bound to random
+    weights drawn from ``seed``."""
+    if not (path / "manifest.json").exists():
+        pytest.skip(f"MONOBUILD_TEST_PACKAGES does not hold {path.parent.name}/{path.name}")
+    pkg = runtime.load(path)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=seed))
+
+
 @pytest.fixture(scope="module")
 def fp8():
-    if not (FP8 / "manifest.json").exists():
-        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-8b-fp8-sm_90/sm_90")
-    pkg = runtime.load(FP8)
-    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=2))
+    return _bound(FP8, seed=2)
 
 
 @pytest.mark.parametrize("mode", ["persistent", "staged"])
@@ -89,10 +95,7 @@ def test_fp8_step_matches_reference(fp8, mode, rows, tokens):
 
 @pytest.fixture(scope="module")
 def moe():
-    if not (MOE / "manifest.json").exists():
-        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-moe-mixed-sm_90/sm_90")
-    pkg = runtime.load(MOE)
-    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=3))
+    return _bound(MOE, seed=3)
 
 
 @pytest.mark.parametrize("mode", ["persistent", "staged"])
@@ -106,10 +109,7 @@ def test_routed_step_matches_reference(moe, mode, rows, tokens):
 
 @pytest.fixture(scope="module")
 def moe_fp8():
-    if not (MOE_FP8 / "manifest.json").exists():
-        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-moe-mixed-fp8-sm_90/sm_90")
-    pkg = runtime.load(MOE_FP8)
-    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=5))
+    return _bound(MOE_FP8, seed=5)
 
 
 @pytest.mark.parametrize("mode", ["persistent", "staged"])
@@ -125,10 +125,7 @@ def test_fp8_routed_step_matches_reference(moe_fp8, mode, rows, tokens):
 def test_a_gqa_group_of_16_in_a_verify_band_matches_reference(mode, rows, tokens):
     """Qwen3-235B-A22B's layers: 16 query heads a KV head, so the 1 × 6 band's attention tasks hold
     96 query rows (padded to 128) against the float64 reference."""
-    if not (WIDE_GQA / "manifest.json").exists():
-        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold qwen3-235b-layers-sm_90/sm_90")
-    pkg = runtime.load(WIDE_GQA)
-    _check_step_against_reference(pkg, pkg.bind_weights(random_state_dict(pkg, seed=4)), mode, rows, tokens)
+    _check_step_against_reference(*_bound(WIDE_GQA, seed=4), mode, rows, tokens)
 
 
 def test_routing_ties_as_torch_topk_on_the_gpu():
