@@ -142,6 +142,49 @@ def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row:
     return accepted, emitted
 
 
+def proposal_verdict(logits: torch.Tensor, inputs: list[int], draft_probs: torch.Tensor, picks: list[int],
+                     temperature: float, top_k: int, top_p: float, seed: int, positions: list[int],
+                     max_rounds: int) -> tuple[int, list[int], float]:
+    """One verify row's verdict by the sampling head's rule with the proposer's distributions, in
+    float64 from the programs' fp32 logits [tokens, V], the row's input ids (token j + 1 the
+    draft after token j), q [drafts, V], the head's own draws ``picks`` [tokens] and the same
+    uniforms: (accepted, the ids to emit, the smallest margin a decision had: u·q(d) against
+    p(d) relative to p(d), the correction's Gumbel maximum over its runner-up). A row sampling
+    at a temperature from every id keeps draft d when u·q(d) < p(d) and otherwise emits a draw
+    from max(0, p − q); any other row keeps d when it equals its draw (``kernels/head``)."""
+    tokens, vocab = logits.shape
+    rule = temperature > 0 and top_p >= 1 and (top_k <= 0 or top_k >= vocab)
+    emitted, margin = [], float("inf")
+    for j in range(tokens):
+        if j == tokens - 1:  # the bonus id
+            emitted.append(picks[j])
+            break
+        draft = inputs[j + 1]
+        if not rule:
+            emitted.append(picks[j])
+            if draft != picks[j]:
+                break
+            continue
+        logit = logits[j].double().numpy()
+        p = np.exp((logit - logit.max()) / temperature)
+        p /= p.sum()
+        q = draft_probs[j].double().numpy()
+        u = philox_uniforms(seed, positions[j], max_rounds, vocab)[draft]
+        margin = min(margin, abs(u * q[draft] - p[draft]) / p[draft])
+        if u * q[draft] < p[draft]:
+            emitted.append(draft)
+            continue
+        excess = p - q
+        noise = philox_uniforms(seed, positions[j], max_rounds + 1, vocab)
+        z = np.where(excess > 0, np.log(np.where(excess > 0, excess, 1.0)) - np.log(-np.log(noise)), -np.inf)
+        x = int(np.argmax(z))
+        margin = min(margin, float(z[x] - np.partition(z, -2)[-2]))
+        emitted.append(x)
+        break
+    accepted = len(emitted) - 1
+    return accepted, emitted + [-1] * (tokens - len(emitted)), margin
+
+
 PHILOX_ROUND = (0xD2511F53, 0xCD9E8D57)
 PHILOX_KEY = (0x9E3779B9, 0xBB67AE85)
 MASK32 = 0xFFFFFFFF

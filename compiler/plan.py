@@ -240,7 +240,8 @@ class Planner:
 
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",
-                             norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample")
+                             norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample",
+                             d.draft_probs and band.tokens > 1)
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

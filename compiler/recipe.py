@@ -50,6 +50,9 @@ class Deployment:
     # How the checkpoint stores its projection weights: config.json's quantization_config, which
     # the recipe may restate (``quantization:``) but not change. None: in ``dtype``.
     quant: WeightQuant | None = None
+    # A sampling head's verify band takes the proposer's distributions of its drafts and decides
+    # by the speculative-sampling rule (accept with min(1, p/q), correct from max(0, p − q)).
+    draft_probs: bool = False
 
     @property
     def dtypes(self) -> DtypeRoles:
@@ -63,7 +66,8 @@ class Deployment:
     def package_record(self) -> PackageDeployment:
         """What the package serves, as its manifest records it for the runtime."""
         return PackageDeployment(self.dtypes, self.kv_cache, self.bands, self.max_context, self.head, self.modes,
-                                 self.lifetime_steps, self.debug_wait_spins, self.stage_clock, self.quant)
+                                 self.lifetime_steps, self.debug_wait_spins, self.stage_clock, self.quant,
+                                 self.draft_probs)
 
 
 @dataclass(frozen=True)
@@ -112,8 +116,8 @@ def _bands(src: str, doc: dict) -> tuple[Band, ...]:
     bands = [Band(_int(src, f"bands[{i}]", r)) for i, r in enumerate(rows)]
     verify = doc.get("verify")
     if verify is not None:
-        if not isinstance(verify, dict) or set(verify) - {"rows", "tokens"}:
-            raise InputError(src, "verify", "expected a mapping with rows and tokens")
+        if not isinstance(verify, dict) or set(verify) - {"rows", "tokens", "draft_probs"}:
+            raise InputError(src, "verify", "expected a mapping with rows and tokens (and optionally draft_probs)")
         bands.append(
             Band(_int(src, "verify.rows", verify.get("rows")), _int(src, "verify.tokens", verify.get("tokens"), minimum=2))
         )
@@ -162,7 +166,19 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         lifetime_steps=_int(src, "lifetime_steps", doc.get("lifetime_steps", 10**15), maximum=2**62),
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
         stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
+        draft_probs=_draft_probs(src, doc, head),
     )
+
+
+def _draft_probs(src: str, doc: dict, head: str) -> bool:
+    """``verify.draft_probs``: whether the verify band's head takes the proposer's distributions
+    (a sampling head's; a greedy head's verdict needs none: its target puts all on one id)."""
+    verify = doc.get("verify")
+    wanted = _bool(src, "verify.draft_probs", verify.get("draft_probs", False)) if isinstance(verify, dict) else False
+    if wanted and head != "sample":
+        raise InputError(src, "verify.draft_probs", f"only a sampling head takes the drafts' distributions (head: "
+                                                    f"{head}; a greedy verdict accepts a draft iff it is the greedy id)")
+    return wanted
 
 
 def load_recipe(path: str | Path) -> Recipe:

@@ -111,7 +111,14 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
         outputs=m * g.vocab * 4 + m * 4 + sum(r.nbytes for r in layout.verdict)
         + (g.layers * _numel(layout.routed) * 4 if layout.routed else 0),
         control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots) * 8,
-        inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0))
+        inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0)
+        + (m - rows) * g.vocab * 4 * takes_draft_probs(d, step.band))
+
+
+def takes_draft_probs(deployment, band: Band) -> bool:
+    """Whether a step of ``band`` takes the proposer's distributions of its drafts ([rows, drafts,
+    vocab] fp32): a sampled verify band's, where the recipe asked for them."""
+    return deployment.draft_probs and band.tokens > 1
 
 
 def footprint(manifest: Manifest, mode: str) -> Footprint:

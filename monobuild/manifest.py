@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 
 from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 7  # 7: a program's band arguments and their values (``scalars``)
+MANIFEST_FORMAT = 8  # 8: whether a verify band takes its drafts' distributions (``deployment.draft_probs``)
 
 
 class PackageError(Exception):

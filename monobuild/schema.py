@@ -305,12 +305,13 @@ class PackageDeployment:
     kv_cache: KVLayout
     bands: tuple[Band, ...]
     max_context: int
-    head: str  # logits | ids
+    head: str  # logits | ids | sample
     modes: tuple[str, ...]
     lifetime_steps: int
     debug_wait_spins: int
     stage_clock: bool
     quant: WeightQuant | None = None  # the projections' quantization (None: stored in ``dtypes.weights``)
+    draft_probs: bool = False  # a verify band's step takes the proposer's distributions (``Sampling.draft_probs``)
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -33,7 +33,11 @@ class Sampling:
     top_k: torch.Tensor  # int32 [rows]; 0: no limit
     top_p: torch.Tensor  # fp32 [rows]; 1: no limit (≤ 0: the greedy id)
     seed: torch.Tensor  # int64 [rows]: with the token's position, the key of its draws
+    # A verify step of a package compiled with ``verify: {draft_probs: true}``: fp32 [rows, drafts,
+    # vocab], draft j's row the distribution the proposer drew it from (the verdict's q)
+    draft_probs: torch.Tensor | None = None
 
+    #: the per-row settings (``draft_probs`` is per draft, and a verify step's alone)
     DTYPES = {"temperature": torch.float32, "top_k": torch.int32, "top_p": torch.float32, "seed": torch.int64}
 
 
@@ -46,10 +50,13 @@ class StepInputs:
     sampling: Sampling | None = None  # a sampling head's
 
 
-def input_copies(m: int, rows: int, max_blocks: int, device, sampled: bool = False) -> StepInputs:
-    """A band's own step inputs, which callers' inputs of another shape are copied and padded into."""
+def input_copies(m: int, rows: int, max_blocks: int, device, sampled: bool = False,
+                 drafts: tuple[int, int] | None = None) -> StepInputs:
+    """A band's own step inputs, which callers' inputs of another shape are copied and padded into
+    (with ``drafts``, (drafts, vocab): the proposer's distributions a verify band's verdict takes)."""
     i32 = dict(dtype=torch.int32, device=device)
-    sampling = Sampling(*(torch.zeros(rows, dtype=t, device=device) for t in Sampling.DTYPES.values())) \
+    q = torch.zeros(rows, *drafts, dtype=torch.float32, device=device) if drafts else None
+    sampling = Sampling(*(torch.zeros(rows, dtype=t, device=device) for t in Sampling.DTYPES.values()), q) \
         if sampled else None
     return StepInputs(torch.zeros(m, **i32), torch.zeros(m, **i32), torch.zeros(rows, max_blocks, **i32),
                       torch.zeros(rows, **i32), sampling)
@@ -115,7 +122,7 @@ class StepBuffers:
             found = {"k_cache": k_caches, "v_cache": v_caches, "k_tiles": k_caches, "v_tiles": v_caches}.get(name)
             found = found[layer] if found is not None else None
         elif role == "step_input":
-            if name in Sampling.DTYPES:
+            if name in Sampling.DTYPES or name == "draft_probs":
                 found = getattr(inputs.sampling, name, None)
             else:
                 found = inputs.block_tables.stride(0) if name == "bt_stride" else getattr(inputs, name, None)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..footprint import ROUTED
+from ..footprint import ROUTED, takes_draft_probs
 from ..schema import Step
 from .buffers import Sampling, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
@@ -65,6 +65,8 @@ def _input_values(inputs: StepInputs) -> dict[str, int]:
               "bt_stride": inputs.block_tables.stride(0)}
     if inputs.sampling is not None:
         values.update({name: getattr(inputs.sampling, name).data_ptr() for name in Sampling.DTYPES})
+        if inputs.sampling.draft_probs is not None:
+            values["draft_probs"] = inputs.sampling.draft_probs.data_ptr()
     return values
 
 
@@ -78,7 +80,9 @@ class _BandStep:
         programs = {p.name: p for p in manifest.programs}
         self.buffers = band_buffers(manifest, spec, device, rope)
         self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
-        self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device, deployment.head == "sample")
+        self.drafts = (self.band.tokens - 1, package.geometry.vocab) if takes_draft_probs(deployment, self.band) else None
+        self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device, deployment.head == "sample",
+                                self.drafts)
         self.launches = []
         # the layers whose launches record their rows' chosen experts (a routed layer's)
         self.routed_layers = sorted({launch.layer for launch in spec.launches
@@ -98,6 +102,8 @@ class _BandStep:
         rows = context_lens.shape[0]
         given = StepInputs(tokens, positions, block_tables, context_lens, sampling)
         settings = [(getattr(sampling, n), t) for n, t in Sampling.DTYPES.items()] if sampling is not None else []
+        if self.drafts is not None:
+            settings.append((sampling.draft_probs, torch.float32))
         in_place = rows == self.band.rows and all(
             t.dtype == dtype and t.stride(-1) == 1 and t.data_ptr() % ALIGNMENT == 0
             for t, dtype in [(t, torch.int32) for t in (tokens, positions, block_tables, context_lens)] + settings)
@@ -115,6 +121,8 @@ class _BandStep:
         if sampling is not None:
             for name in Sampling.DTYPES:
                 getattr(own.sampling, name)[:rows].copy_(getattr(sampling, name), non_blocking=True)
+            if self.drafts is not None:
+                own.sampling.draft_probs[:rows].copy_(sampling.draft_probs, non_blocking=True)
         if rows < self.band.rows:  # padding rows: context 0 (dead), token 0 (a valid id), greedy
             own.context_lens[rows:].zero_()
             own.tokens[m:].zero_()
@@ -132,6 +140,19 @@ class _BandStep:
             self._bound = values
         for launch in self.launches:
             launch.kernel.launch(stream, launch.params.address)
+
+
+def check_draft_probs(sampling: Sampling | None, drafts: tuple[int, int] | None, rows: int, device) -> None:
+    """Refuse (``StepInputError``) the proposer's distributions where the band's step does not take
+    them, or missing or misshaped where it does (``drafts``: the band's (drafts, vocab))."""
+    q = sampling.draft_probs if sampling is not None else None
+    if drafts is None and q is not None:
+        raise StepInputError("sampling.draft_probs: this step does not take them (a verify step of a package "
+                             "compiled with verify: {draft_probs: true} does)")
+    if drafts is not None and (not isinstance(q, torch.Tensor) or tuple(q.shape) != (rows, *drafts)
+                               or q.dtype != torch.float32 or q.device != torch.device(device) or not q.is_contiguous()):
+        raise StepInputError(f"sampling.draft_probs: expected contiguous torch.float32 [{rows}, {drafts[0]}, "
+                             f"{drafts[1]}] on {device}: each draft's distribution the proposer drew it from")
 
 
 def check_sampling(sampling: Sampling | None, head: str, rows: int, device) -> None:
@@ -155,7 +176,9 @@ class DecodeStep:
     ``input_ids`` and ``positions`` are [rows·tokens] (token j of row b at b·tokens + j),
     ``block_tables`` [rows, blocks], ``context_lens`` [rows] (the context including this step's
     tokens; 0 marks a padding row), all int32 on the package's device; a sampling head's step also
-    takes ``sampling``, the rows' settings (``runtime.Sampling``, [rows] each, on the device). The
+    takes ``sampling``, the rows' settings (``runtime.Sampling``, [rows] each, on the device; a
+    verify step of a package compiled with ``verify: {draft_probs: true}`` also its drafts'
+    distributions, ``Sampling.draft_probs``). The
     returned tensor is a view of the step's output buffer, overwritten by the next step of the same
     band.
     """
@@ -208,6 +231,7 @@ class DecodeStep:
                                  "on rows × tokens")
         tokens = input_ids.shape[0] // rows
         band = self.band_for(rows, tokens)
+        check_draft_probs(sampling, band.drafts, rows, device)
         if threading.get_ident() != self._thread:
             self.package.make_current()
             self._thread = threading.get_ident()
@@ -233,7 +257,8 @@ class DecodeStep:
         j + 1 of a row the draft for what token j predicts): ``accepted`` int32 [rows], how many
         leading drafts equal the ids the head decided (greedy, or drawn by a sampling head), and
         ``emitted`` int32 [rows, tokens], the ids to emit (the accepted drafts, then the correction
-        or bonus id; −1 after them). Views of the step's own buffers, on the device (the next
+        or bonus id; −1 after them; with ``verify.draft_probs`` the speculative-sampling rule's
+        verdict, docs/runtime.md). Views of the step's own buffers, on the device (the next
         step's inputs can be laid out from them there). A padding row's verdict means nothing."""
         if self._last is None:
             raise RuntimeError("no step has run yet")

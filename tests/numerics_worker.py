@@ -15,7 +15,7 @@ import yaml
 
 from monobuild.bench.cases import poison_past_context
 from monobuild.bench.checkpoints import random_hf_state_dict
-from monobuild.bench.reference import greedy_verdict, reference_step, sample_reference
+from monobuild.bench.reference import greedy_verdict, proposal_verdict, reference_step, sample_reference
 from monobuild.compiler.interpret import InterpretedStep
 from monobuild.compiler.ops.head import MAX_ROUNDS
 from monobuild.compiler.plan import plan_recipe
@@ -62,17 +62,25 @@ VARIANTS = {
     # a sampling head (staged, and in the persistent head on one CTA)
     "sample": {},
     "sample_persistent": {"ctas_per_sm": 1},
+    # a sampled verify band that takes the proposer's distributions (verify.draft_probs)
+    "draft_probs": {},
+    "draft_probs_persistent": {"ctas_per_sm": 1},
     # a routed model whose router ties every expert for every row: each row must choose the
     # experts of the lowest indexes (torch.topk's ties), staged and in the persistent program
     "router_tie": {},
     "router_tie_persistent": {"ctas_per_sm": 1},
 }
-PERSISTENT = ("persistent", "persistent_cta_staging", "sample_persistent", "router_tie_persistent")
+PERSISTENT = ("persistent", "persistent_cta_staging", "sample_persistent", "router_tie_persistent",
+              "draft_probs_persistent")
+SAMPLED = ("sample", "sample_persistent", "draft_probs", "draft_probs_persistent")
 # A routed layer's top-k gap (k-th minus (k+1)-th logit) below which the programs' rounding may
 # choose other experts than the float64 reference: a case with a closer one is drawn again.
 ROUTING_DECIDED = {"fp32": 1e-4, "bf16": 2e-2, "fp16": 1e-2}
 # per row: temperature, top_k, top_p (a greedy row, plain temperature, top-k, top-p, both)
 SAMPLING = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (0.7, 0, 0.5)]
+# …with the drafts' distributions: the speculative-sampling rule's row (a temperature over every
+# id) first, then a greedy row and a top-k row (the rule without q)
+SAMPLING_Q = [(30.0, 0, 1.0), (0.0, 0, 1.0), (1.2, 5, 1.0)]
 DECIDED = 1e-4  # a sampling decision closer than this is not compared (fp32 rounds z and the mass below 1e-5)
 
 
@@ -86,10 +94,11 @@ def main(case: dict, workdir: Path) -> dict:
         sm_count = 1
     doc = {"config": str(Path(__file__).parent / "data" / case["config"]), "target": "sm_90", "sm_count": sm_count,
            "dtype": dtype, "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": {"logits_head": "logits", "sample": "sample", "sample_persistent": "sample"}.get(
-               case["variant"], "ids"), "modes": [mode]}
+           "max_context": 512, "head": "logits" if case["variant"] == "logits_head" else
+           "sample" if case["variant"] in SAMPLED else "ids", "modes": [mode]}
+    with_q = case["variant"].startswith("draft_probs")
     if tokens > 1:
-        doc["verify"] = {"rows": rows, "tokens": tokens}
+        doc["verify"] = {"rows": rows, "tokens": tokens, **({"draft_probs": True} if with_q else {})}
     path = workdir / "tiny.yaml"
     path.write_text(yaml.safe_dump(doc))
     recipe = load_recipe(path)
@@ -116,13 +125,19 @@ def main(case: dict, workdir: Path) -> dict:
     poison_past_context(k_caches + v_caches, tables, ctx, block_size, g.sliding_window, tokens)
     sampling = None
     if doc["head"] == "sample":
-        settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
+        settings = ([SAMPLING_Q[b % len(SAMPLING_Q)] for b in range(rows)] if with_q else
+                    [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)])
         seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
+        # near-uniform proposals over a small vocabulary: the rule keeps some drafts and corrects others
+        q = torch.softmax(torch.randn(rows, tokens - 1, g.vocab, generator=gen) / 2, -1) if with_q else None
         sampling = Sampling(torch.tensor([x[0] for x in settings], dtype=torch.float32),
                             torch.tensor([x[1] for x in settings], dtype=torch.int32),
-                            torch.tensor([x[2] for x in settings], dtype=torch.float32), seeds)
+                            torch.tensor([x[2] for x in settings], dtype=torch.float32), seeds, q)
+    if tokens > 1 and with_q:  # the first draft of the rule's row its greedy id (likely kept), the next random
+        _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, None,
+                         [1] + [(case["seed"] + b) % tokens for b in range(1, rows)])
     wanted = (_drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, sampling)
-              if tokens > 1 else [])
+              if tokens > 1 and not with_q else [])
     original = [c.clone() for c in k_caches + v_caches]
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
 
@@ -152,7 +167,9 @@ def main(case: dict, workdir: Path) -> dict:
                    "samples_all_decided": all(margin > DECIDED for _, margin in draws),
                    "sampled": next_ids.tolist(), "sampled_wanted": [x for x, _ in draws]}
     verdict = {}
-    if tokens > 1 and recipe.deployment.head in ("ids", "sample"):
+    if with_q:
+        verdict = _proposal_verdicts(step, logits, next_ids, ids, positions, sampling, ctx, tokens)
+    elif tokens > 1 and recipe.deployment.head in ("ids", "sample"):
         live = [b for b in range(rows) if ctx[b]]
         want_accepted, want_emitted = greedy_verdict(next_ids, ids, tokens)
         got_accepted = step.buffers.verdict["accepted"].tolist()
@@ -202,14 +219,36 @@ def _reference_draw(logits, sampling, row: int, position: int) -> tuple[int, flo
                             float(sampling.top_p[row]), int(sampling.seed[row]), position, MAX_ROUNDS)
 
 
-def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, sampling) -> list[int]:
+def _proposal_verdicts(step, logits, next_ids, ids, positions, sampling, ctx, tokens) -> dict:
+    """The verdict of each live row against ``proposal_verdict`` over the programs' own logits and
+    draws, where each of its decisions is farther than fp32's rounding from its bound."""
+    got_accepted = step.buffers.verdict["accepted"].tolist()
+    got_emitted = step.buffers.verdict["emitted"].tolist()
+    ok, decided, by_rule = True, 0, []
+    for b in (b for b in range(len(ctx)) if ctx[b]):
+        span = slice(b * tokens, (b + 1) * tokens)
+        accepted, emitted, margin = proposal_verdict(
+            logits[span], ids[span].tolist(), sampling.draft_probs[b], next_ids[span].tolist(),
+            float(sampling.temperature[b]), int(sampling.top_k[b]), float(sampling.top_p[b]), int(sampling.seed[b]),
+            positions[span].tolist(), MAX_ROUNDS)
+        if margin > DECIDED:
+            decided += 1
+            ok &= got_accepted[b] == accepted and got_emitted[b] == emitted
+            if float(sampling.temperature[b]) > 0 and int(sampling.top_k[b]) <= 0:
+                by_rule.append((accepted, emitted))
+    return {"verdict_ok": ok, "verdicts_decided": decided, "rule_verdicts": by_rule,
+            "accepted": [got_accepted[b] for b in range(len(ctx)) if ctx[b]]}
+
+
+def _drafts_accepted(case, g, weights, k_caches, v_caches, ids, positions, tables, ctx, sampling,
+                     wanted: list[int] | None = None) -> list[int]:
     """Set a verify band's drafts so that the float64 reference accepts a chosen number of each
     row's (from 0 to all, by the seed and the row): draft j + 1 is the reference's id after token
     j (its greedy id, or with ``sampling`` its draw), one draft at a time (each depends on the
     ones before it), and the draft after them is one the reference rejects (a random draft may
-    happen to be its id); returns the numbers chosen."""
+    happen to be its id); returns the numbers chosen (``wanted``, or drawn from the seed)."""
     rows, tokens = case["rows"], case["tokens"]
-    wanted = [(case["seed"] + b) % tokens for b in range(rows)]
+    wanted = wanted or [(case["seed"] + b) % tokens for b in range(rows)]
     for b, n in enumerate(wanted):
         for j in range(min(n + 1, tokens - 1)):
             ref = reference_step(g, weights, [c.clone() for c in k_caches], [c.clone() for c in v_caches], ids,

@@ -4,6 +4,9 @@ over a vocabulary of several sampling chunks, given fp32 logits (no GEMV in fron
 The logits op's per-tile work (``head.tile_parts``, one program a tile) and then the sample op
 (``head.sample_op``, one program a row), on fresh random logits; prints each row's id and the
 float64 reference's (``bench.reference.sample_reference``, the same uniforms) with its margin.
+With ``tokens`` > 1 the rows are a verify band's, their drafts' distributions given (the sample
+op's DRAFT_PROBS verdict), and it also prints each row's verdict and
+``bench.reference.proposal_verdict``'s.
 """
 
 import json
@@ -13,36 +16,47 @@ import torch
 import triton
 import triton.language as tl
 
-from monobuild.bench.reference import sample_reference
+from monobuild.bench.reference import proposal_verdict, sample_reference
 from monobuild.compiler.kernels.head import sample_op, tile_parts
 
 
 @triton.jit
 def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
-                 V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, M_P: tl.constexpr):
+                 V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, M_P: tl.constexpr,
+                 TOKENS: tl.constexpr):
     tile_parts(logits, tl.program_id(0), tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg,
-               tile_mass, V, M, ROWS_P, BN, True, M_P, 1)
+               tile_mass, V, M, ROWS_P, BN, True, M_P, TOKENS)
 
 
 @triton.jit
 def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature, top_k,
-                  top_p, seed, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
-                  BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+                  top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
+                  M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr,
+                  MAX_ROUNDS: tl.constexpr):
     sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions,
-              temperature, top_k, top_p, seed, None, None, None, V, M, BN, TILES_P, M, 1, BV, MAX_ROUNDS)
+              temperature, top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS, V, M, BN, TILES_P,
+              M // TOKENS, TOKENS, BV, MAX_ROUNDS)
 
 
 def main(case: dict) -> dict:
     gen = torch.Generator().manual_seed(case["seed"])
-    settings = case["settings"]
-    m, vocab, bn, bv, rounds = len(settings), case["vocab"], case["block_n"], case["chunk"], case["max_rounds"]
+    settings, t = case["settings"], case.get("tokens", 1)
+    rows, vocab, bn, bv, rounds = len(settings), case["vocab"], case["block_n"], case["chunk"], case["max_rounds"]
+    m = rows * t
     tiles = -(-vocab // bn)
     tiles_p = max(triton.next_power_of_2(tiles), bv // bn)
     logits = torch.randn(m, vocab, generator=gen) * case["scale"]
     for b, at in enumerate(case["peaks"]):  # each row's likeliest ids in a chunk of its own
-        logits[b, at: at + 40] += case["scale"] * 2
+        logits[b * t: (b + 1) * t, at: at + 40] += case["scale"] * 2
     positions = torch.randint(0, 4096, (m,), generator=gen, dtype=torch.int32)
-    seeds = torch.randint(-2**62, 2**62, (m,), generator=gen, dtype=torch.int64)
+    seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
+    # a verify band's drafts: each row's first among its likeliest ids, the rest anywhere; its
+    # proposals spread over every id
+    ids = torch.randint(0, vocab, (m,), generator=gen, dtype=torch.int32)
+    if t > 1:
+        ids[1::t] = torch.tensor(case["peaks"], dtype=torch.int32) + 3
+    q = torch.softmax(torch.randn(rows, max(t - 1, 1), vocab, generator=gen), -1)
+    accepted, emitted = torch.full((rows,), -2, dtype=torch.int32), torch.full((m,), -2, dtype=torch.int32)
     temperature = torch.tensor([s[0] for s in settings], dtype=torch.float32)
     top_k = torch.tensor([s[1] for s in settings], dtype=torch.int32)
     top_p = torch.tensor([s[2] for s in settings], dtype=torch.float32)
@@ -52,12 +66,21 @@ def main(case: dict) -> dict:
     next_ids = torch.full((m,), -1, dtype=torch.int32)
     parts_kernel[(tiles,)](logits, tile_max, tile_arg, positions, temperature, seeds, tile_z, tile_zarg, tile_mass,
                            V=vocab, M=m, ROWS_P=max(16, triton.next_power_of_2(m)), BN=bn,
-                           M_P=triton.next_power_of_2(m))
-    sample_kernel[(m,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-                        top_k, top_p, seeds, V=vocab, M=m, BN=bn, TILES_P=tiles_p, BV=bv, MAX_ROUNDS=rounds)
-    wanted = [sample_reference(logits[b], *settings[b], int(seeds[b]), int(positions[b]), rounds) for b in range(m)]
-    return {"ids": next_ids.tolist(), "wanted": [x for x, _ in wanted], "margins": [g for _, g in wanted],
-            "argmax": logits.argmax(-1).tolist()}
+                           M_P=triton.next_power_of_2(m), TOKENS=t)
+    sample_kernel[(rows,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
+                           top_k, top_p, seeds, ids, accepted, emitted, q, DRAFT_PROBS=t > 1, V=vocab, M=m, BN=bn,
+                           TILES_P=tiles_p, TOKENS=t, BV=bv, MAX_ROUNDS=rounds)
+    wanted = [sample_reference(logits[n], *settings[n // t], int(seeds[n // t]), int(positions[n]), rounds)
+              for n in range(m)]
+    out = {"ids": next_ids.tolist(), "wanted": [x for x, _ in wanted], "margins": [g for _, g in wanted],
+           "argmax": logits.argmax(-1).tolist()}
+    if t > 1:
+        verdicts = [proposal_verdict(logits[b * t: (b + 1) * t], ids[b * t: (b + 1) * t].tolist(), q[b],
+                                     next_ids[b * t: (b + 1) * t].tolist(), *settings[b], int(seeds[b]),
+                                     positions[b * t: (b + 1) * t].tolist(), rounds) for b in range(rows)]
+        out.update(accepted=accepted.tolist(), emitted=emitted.view(rows, t).tolist(),
+                   verdicts=[v[:2] for v in verdicts], verdict_margins=[v[2] for v in verdicts])
+    return out
 
 
 if __name__ == "__main__":

@@ -166,6 +166,30 @@ def test_sampling_settings_a_step_cannot_take_are_named(head, sampling, message)
     check_sampling(_settings() if head == "sample" else None, head, 2, "cpu")  # the right settings pass
 
 
+@pytest.mark.parametrize("drafts, q, message", [
+    (None, torch.zeros(2, 3, 8), "sampling.draft_probs: this step does not take them (a verify step of a package "
+                                 "compiled with verify: {draft_probs: true} does)"),
+    ((3, 8), None, "sampling.draft_probs: expected contiguous torch.float32 [2, 3, 8] on cpu: each draft's "
+                   "distribution the proposer drew it from"),
+    ((3, 8), torch.zeros(2, 3, 9), "sampling.draft_probs: expected contiguous torch.float32 [2, 3, 8] on cpu: each "
+                                   "draft's distribution the proposer drew it from"),
+    ((3, 8), torch.zeros(2, 3, 8, dtype=torch.float64), "sampling.draft_probs: expected contiguous torch.float32 "
+                                                         "[2, 3, 8] on cpu: each draft's distribution the proposer "
+                                                         "drew it from"),
+    ((3, 8), torch.zeros(2, 8, 3).transpose(1, 2), "sampling.draft_probs: expected contiguous torch.float32 [2, 3, 8] "
+                                                   "on cpu: each draft's distribution the proposer drew it from"),
+])
+def test_draft_distributions_a_step_cannot_take_are_named(drafts, q, message):
+    """A verify step of a package compiled with ``verify.draft_probs`` takes [rows, drafts, vocab]
+    fp32 distributions; any other step takes none."""
+    from monobuild.runtime.step import StepInputError, check_draft_probs
+
+    with pytest.raises(StepInputError) as e:
+        check_draft_probs(_settings(draft_probs=q), drafts, 2, "cpu")
+    assert str(e.value) == message
+    check_draft_probs(_settings(draft_probs=torch.zeros(2, *drafts) if drafts else None), drafts, 2, "cpu")
+
+
 # generation: the float64 reference step decoding after transformers' prefill, against generate
 
 transformers = pytest.importorskip("transformers")
@@ -280,13 +304,15 @@ def test_sampled_generation_draws_within_each_rows_top_k_reproducibly():
                                                   ("tiny-qwen2-gqa3.json", {"rows": 1, "tokens": 3}, "ids"),
                                                   ("tiny-qwen3-fp8.json", None, "ids"),
                                                   ("tiny-llama.json", None, "sample"),
+                                                  ("tiny-llama.json", {"rows": 1, "tokens": 3, "draft_probs": True},
+                                                   "sample"),
                                                   ("tiny-qwen3-moe.json", {"rows": 1, "tokens": 3}, "ids")])
 def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path, config, verify, head):
     from click.testing import CliRunner
 
     from monobuild.bench.checkpoints import random_hf_state_dict
     from monobuild.cli.main import main
-    from monobuild.footprint import band_footprint, footprint
+    from monobuild.footprint import band_footprint, footprint, takes_draft_probs
     from monobuild.runtime.buffers import TORCH_DTYPES, band_buffers, input_copies
     from monobuild.runtime.rope import rope_table
     from monobuild.runtime.weights import pack_hf_state_dict
@@ -305,9 +331,10 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
         assert f.rope == rope_table(g, d.max_context).numel() * 4
         for step in (s for s in manifest.steps if s.mode == mode):
             buffers = band_buffers(manifest, step, "cpu", rope=torch.empty(0))
-            own = input_copies(step.band.m, step.band.rows, blocks, "cpu", head == "sample")
+            drafts = (step.band.tokens - 1, g.vocab) if takes_draft_probs(d, step.band) else None
+            own = input_copies(step.band.m, step.band.rows, blocks, "cpu", head == "sample", drafts)
             tensors = [own.tokens, own.positions, own.block_tables, own.context_lens,
-                       *(vars(own.sampling).values() if own.sampling is not None else ())]
+                       *(t for t in (vars(own.sampling).values() if own.sampling is not None else ()) if t is not None)]
             allocated = buffers.nbytes + sum(t.numel() * t.element_size() for t in tensors)
             assert band_footprint(manifest, step).total == allocated
             assert ("accepted" in buffers.verdict) == (step.band.tokens > 1)

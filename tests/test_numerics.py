@@ -92,6 +92,10 @@ CASES = [
     ("tiny-qwen3.json", "bf16", 2, 1, [60, 200], "sample_persistent"),
     # …and in a verify band: each token row's draw, the verdict over the drawn ids
     ("tiny-llama.json", "fp32", 2, 3, [90, 41], "sample"),
+    # …deciding by the proposer's distributions (verify.draft_probs): the speculative-sampling
+    # rule's row, a greedy row and a top-k row; staged and persistent
+    ("tiny-llama.json", "fp32", 3, 4, [90, 41, 66], "draft_probs"),
+    ("tiny-qwen3.json", "fp32", 2, 4, [60, 130], "draft_probs_persistent"),
     # an fp16 checkpoint's package: weights, activations and KV cache in fp16
     ("tiny-qwen3.json", "fp16", 2, 1, [70, 33]),
     # routed (mixture-of-experts) layers: Qwen3-MoE with a dense layer between two routed ones (two
@@ -140,7 +144,10 @@ def test_interpreted_step_matches_reference(config, dtype, rows, tokens, context
         assert result["verdict_ok"], f"{case}: {result}"
         # the drafts set to be accepted are, where the ids are the reference's (every draw decided)
         same_ids = result["ids_match"] if result["ids_match"] is not None else result["samples_all_decided"]
-        assert result["accepted"] == result["accepted_wanted"] or not same_ids, f"{case}: {result}"
+        if "rule_verdicts" in result:  # the rule's row decided (the verdict's own reference checks its ids)
+            assert result["rule_verdicts"], f"{case}: the speculative-sampling rule's row was not decided: {result}"
+        else:
+            assert result["accepted"] == result["accepted_wanted"] or not same_ids, f"{case}: {result}"
     if variant == "split_k":
         assert min(result["k_splits"]) > 1, f"{case}: the planner did not split qkv, o and down ({result['k_splits']})"
     for layer, record in result["routed"].items():  # a routed layer's record: how many experts, then which

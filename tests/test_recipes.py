@@ -73,6 +73,8 @@ def _error(tiny_recipe, **overrides):
     ({"head": "probs"}, "head"),
     ({"sm_count": 0}, "sm_count"),
     ({"verify": {"rows": 4, "tokens": 6}}, "verify"),
+    ({"verify": {"rows": 1, "tokens": 4, "draft_probs": "yes"}}, "verify.draft_probs"),
+    ({"verify": {"rows": 1, "tokens": 4, "draft_probs": True}}, "verify.draft_probs"),  # a greedy head
     ({"max_context": 10**7}, "max_context"),
     ({"colour": "blue"}, "colour"),
     ({"stage_clock": "yes"}, "stage_clock"),

@@ -142,9 +142,9 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
 
 @triton.jit
 def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-              top_k, top_p, seed, tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
-              TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr,
-              MAX_ROUNDS: tl.constexpr):
+              top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
+              M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr,
+              BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per row of
     TOKENS token rows. A verify band's rows (TOKENS > 1) also get the speculative verdict, as the
     greedy head's: the drafts up to the first that is not the id drawn after the token before it
@@ -152,7 +152,11 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     For drafts a deterministic proposer made (its distribution one id), this is the
     speculative-sampling rule exactly: a draft d is accepted with probability p(d), and a
     rejected position's id is distributed as p without d, renormalized, which is what drawing x
-    from p and keeping it when x ≠ d gives."""
+    from p and keeping it when x ≠ d gives. For drafts drawn from a distribution q of the
+    proposer's own, that rule still emits ids distributed as the target's (each emitted id is a
+    draw from p; the drafts only decide how far the row goes), but it accepts d only with
+    probability p(d); with DRAFT_PROBS the verdict takes q (``draft_probs``, [rows, drafts, V])
+    and decides by the speculative-sampling rule where it can (``_proposal_verdict``)."""
     for row in range(pid, M // TOKENS, G):
         alive = tl.full([], 1, tl.int1)  # every draft so far accepted
         n = tl.full([], 0, tl.int32)
@@ -162,13 +166,72 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                          top_k, top_p, seed, V, BN, TILES_P, BV, MAX_ROUNDS)
             tl.store(next_ids + m, pick)
             if TOKENS > 1:
-                tl.store(emitted + m, tl.where(alive, pick, -1))
                 has_draft = j < TOKENS - 1
                 draft = tl.load(tokens + m + 1, mask=has_draft, other=-1)  # token j + 1: the draft after j
-                alive = alive & has_draft & (draft == pick)
+                emit = pick
+                keep = draft == pick
+                if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
+                    if alive & has_draft:
+                        emit, keep = _proposal_verdict(m, row, row * (TOKENS - 1) + j, draft, pick, logits,
+                                                       tile_max, tile_mass, draft_probs, positions, temperature,
+                                                       top_k, top_p, seed, V, BN, TILES_P, BV, MAX_ROUNDS)
+                tl.store(emitted + m, tl.where(alive, emit, -1))
+                alive = alive & has_draft & keep
                 n += alive.to(tl.int32)
         if TOKENS > 1:
             tl.store(accepted + row, n)
+
+
+@triton.jit
+def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mass, draft_probs, positions,
+                      temperature, top_k, top_p, seed, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
+                      BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+    """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
+    ``draft_row``): (the id to emit, whether the draft is kept). A row that samples at a
+    temperature from every id (top_k 0 or ≥ V, top_p ≥ 1) takes the speculative-sampling rule:
+    keep d when u · q(d) < p(d), p = softmax(logits / temperature) (its normalizer from the tiles'
+    masses, ``logits_op``), else emit a draw from max(0, p − q), renormalized (Gumbel-max in one
+    pass over the row's logits and q). Any other row keeps the rule without q: emit ``pick``, the
+    row's own draw from p (a greedy row's greedy id), and keep d when it equals it: exact too
+    (every emitted id is a draw from p), at a lower acceptance. The uniforms are the row's seed's
+    at the token's position in rounds past the draws' (u: round MAX_ROUNDS at id d; the
+    correction's noise: round MAX_ROUNDS + 1), so they are independent of ``pick``'s."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    t = tl.arange(0, TILES_P)
+    n = tl.arange(0, BV)
+    temp = tl.load(temperature + row)
+    p = tl.load(top_p + row)
+    k = tl.load(top_k + row)
+    emit = pick
+    keep = draft == pick
+    if (temp > 0.0) & (p >= 1.0) & ((k <= 0) | (k >= V)):
+        key = tl.load(seed + row)
+        position = tl.load(positions + m).to(tl.uint32)
+        inv_t = 1.0 / temp
+        part = m * TILES + t
+        vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+        mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
+        best = tl.max(vals, axis=0)
+        total = tl.sum(tl.exp((vals - best) * inv_t) * mass, axis=0)
+        q = draft_probs + draft_row * V
+        d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
+        p_d = tl.exp((tl.load(logits + m * V + d, cache_modifier=".cg") - best) * inv_t) / total
+        u = _uniform(key, d.to(tl.uint32), position, MAX_ROUNDS)
+        keep = (u * tl.load(q + d) < p_d) & (draft >= 0) & (draft < V)
+        emit = tl.where(keep, draft, pick)
+        if ~keep:  # the correction: a draw from max(0, p − q) (p's own draw where fp32 leaves it no mass)
+            top_z = tl.full([], float("-inf"), tl.float32)
+            for c in range(0, V, BV):
+                v = c + n
+                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                excess = tl.exp((logit - best) * inv_t) / total - tl.load(q + v, mask=v < V, other=0.0)
+                noise = _uniform(key, v.to(tl.uint32), position, MAX_ROUNDS + 1)
+                positive = (excess > 0.0) & (v < V)
+                z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
+                chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                emit = tl.where(chunk_z > top_z, c + at, emit)
+                top_z = tl.maximum(chunk_z, top_z)
+    return emit, keep
 
 
 @triton.jit

@@ -33,6 +33,7 @@ class HeadShape:
     params: tuple[tuple[str, object], ...]
     tokens: int = 1  # tokens per row: above 1, a speculative verify band (its greedy head returns the verdict)
     sampled: bool = False  # the head samples each row's id (per-row temperature, top-k, top-p, seed)
+    draft_probs: bool = False  # a sampled verify band's verdict takes the proposer's distributions of its drafts
 
     @property
     def tiles(self) -> int:
@@ -117,18 +118,22 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
     verdict_regions = (r["accepted"], r["emitted"]) if verify else ()
     verdict_bytes = rows * (s.tokens + 1) * 4 + s.m * 4 if verify else 0
     if s.sampled:
+        # the proposer's distributions, [rows, drafts, vocab] fp32; a verdict reads a row's at most
+        # up to its first rejected draft (and in full there only)
+        q = tensor("draft_probs", "fp32", "step_input") if s.draft_probs else None
         ops.append(Op("sample", "sample_op", None, rows,
                       "(row): each token row's id drawn from softmax(logits / temperature) within the row's top-k "
                       f"and top-p (greedy where temperature is 0){' and the verdict' if verify else ''}",
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
                        *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
-                       *sampling.items(), *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n),
+                       *sampling.items(), *verdict, ("draft_probs", q), ("DRAFT_PROBS", s.draft_probs),
+                       ("V", s.vocab), ("M", s.m), ("BN", s.block_n),
                        ("TILES_P", max(p["TILES_P"], SAMPLE_CHUNK // s.block_n)),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
                       writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg", *draw, "logits"),
                       needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
-                      io_bytes=s.m * 4 + verdict_bytes))
+                      io_bytes=s.m * 4 + verdict_bytes + (rows * s.vocab * 4 if s.draft_probs else 0)))
     elif s.greedy:
         ops.append(Op("argmax", "argmax_op", None, rows,
                       f"(row): reduce tile maxima to the greedy id{'s and the verdict' if verify else ''}",
