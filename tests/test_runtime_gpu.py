@@ -36,7 +36,7 @@ if not PACKAGES or not (Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90" / "manif
 
 from monobuild import runtime  # noqa: E402
 from monobuild.bench.cases import poison_past_context, random_case, random_kv_cache, random_state_dict  # noqa: E402
-from monobuild.bench.reference import greedy_verdict, reference_step  # noqa: E402
+from monobuild.bench.reference import greedy_verdict, proposal_verdict, reference_step  # noqa: E402
 from monobuild.runtime.buffers import StepInputs  # noqa: E402
 
 LLAMA = Path(PACKAGES) / "llama-3.2-1b-sm_90" / "sm_90"
@@ -542,3 +542,112 @@ def test_a_sampled_verify_bands_verdict_accepts_the_drafts_it_draws(sampler, acc
                                 torch.full((1,), 20, dtype=torch.int32, device=dev), torch.ones(1, device=dev),
                                 torch.tensor([11], device=dev))
     _check_verdict(step, i, accept, sampling=sampling)
+
+
+DRAFTED = Path(PACKAGES) / "llama-3.2-1b-draft-probs-sm_90" / "sm_90"
+MAX_ROUNDS = 64  # the sampling head's (compiler.ops.head.MAX_ROUNDS): the verdict's uniforms follow its draws'
+
+
+@pytest.fixture(scope="module")
+def drafted():
+    if not (DRAFTED / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-draft-probs-sm_90/sm_90 "
+                    "(tests/data/llama-3.2-1b-draft-probs-sm_90.yaml)")
+    pkg = runtime.load(DRAFTED)
+    return pkg, pkg.bind_weights(random_state_dict(pkg, seed=5))
+
+
+def _spread_sampling(step, i, rows: int, dev, top_k: list[int]) -> tuple[runtime.Sampling, float]:
+    """Per-row settings at a temperature that spreads the top ids of the step's first token row
+    (its 20th largest logit three temperatures below the largest), from a greedy step first."""
+    greedy = runtime.Sampling(torch.zeros(rows, device=dev), torch.zeros(rows, dtype=torch.int32, device=dev),
+                              torch.ones(rows, device=dev), torch.zeros(rows, dtype=torch.int64, device=dev),
+                              torch.full((rows, 3, step.package.geometry.vocab), 1 / step.package.geometry.vocab,
+                                         device=dev))
+    step(i.tokens, i.positions, i.block_tables, i.context_lens, sampling=greedy)
+    top = step.logits[0].double().sort(descending=True).values
+    temperature = float(top[0] - top[19]) / 3
+    return runtime.Sampling(torch.full((rows,), temperature, device=dev), torch.tensor(top_k, dtype=torch.int32,
+                                                                                         device=dev),
+                            torch.ones(rows, device=dev), torch.arange(rows, dtype=torch.int64, device=dev) + 7,
+                            greedy.draft_probs), temperature
+
+
+@pytest.mark.parametrize("mode", ["persistent", "staged"])
+def test_a_verdict_with_the_drafts_distributions_is_the_references(drafted, mode):
+    """A 2 × 4 verify step whose rows' drafts come with the proposer's distributions: row 0 samples
+    from every id (the speculative-sampling rule), row 1 within top-k 20 (the rule without q); over
+    seeds and proposals near and far from the target, each decided verdict is
+    ``proposal_verdict``'s over the step's own logits and draws, and the rule both keeps and
+    corrects drafts."""
+    pkg, weights = drafted
+    dev = pkg.device
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 61)
+    case = random_case(pkg, _contexts(2, 4, 61, dead=False), 4, NUM_BLOCKS, 61)
+    i = case.inputs
+    step = pkg.bind(weights, cache, mode)
+    sampling, temperature = _spread_sampling(step, i, 2, dev, [0, 20])
+    target = torch.softmax(step.logits.double().view(2, 4, -1)[:, :3] / temperature, -1)
+    gen = torch.Generator().manual_seed(61)
+    kept = corrected = decided = 0
+    for n in range(40):
+        noise = torch.softmax(torch.randn(target.shape, generator=gen, dtype=torch.float64), -1).to(dev)
+        mix = (n % 4) / 4  # from the target itself to a proposal unrelated to it
+        sampling.draft_probs.copy_(((1 - mix) * target + mix * noise).float())
+        sampling.seed.copy_(torch.arange(2, device=dev) + 2 * n + 100)
+        ids = step(i.tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling).clone()
+        accepted, emitted = (t.tolist() for t in step.verdict)
+        for b in range(2):
+            span = slice(4 * b, 4 * b + 4)
+            want = proposal_verdict(step.logits[span].cpu(), i.tokens[span].tolist(), sampling.draft_probs[b].cpu(),
+                                    ids[span].tolist(), temperature, int(sampling.top_k[b]), 1.0,
+                                    int(sampling.seed[b]), i.positions[span].tolist(), MAX_ROUNDS)
+            if want[2] > 1e-4:
+                decided += 1
+                assert (accepted[b], emitted[b]) == want[:2], f"step {n}, row {b}"
+                if b == 0:
+                    kept += want[0]
+                    corrected += want[0] < 3
+    print(f"{mode}: {decided} of 80 verdicts decided; row 0 kept {kept} drafts, corrected {corrected} times")
+    assert decided >= 60 and kept > 0 and corrected > 0
+
+
+def test_the_rule_emits_ids_distributed_as_the_target(drafted):
+    """The speculative-sampling rule's first emitted id, over 6000 seeds with one draft and one
+    proposal (half its mass on the draft, the target's 2nd most likely id), is distributed as the
+    target's softmax: a χ² test at the 0.1% level, and the draft kept about as often as the rule's
+    acceptance, Σ min(p, q)'s share at the draft."""
+    pkg, weights = drafted
+    dev = pkg.device
+    cache = random_kv_cache(pkg, NUM_BLOCKS, 67)
+    case = random_case(pkg, [400, 400], 4, NUM_BLOCKS, 67)
+    i = case.inputs
+    step = pkg.bind(weights, cache, "persistent")
+    sampling, temperature = _spread_sampling(step, i, 2, dev, [0, 0])
+    p = torch.softmax(step.logits[0].double() / temperature, -1)
+    draft = int(p.argsort(descending=True)[1])
+    tokens = i.tokens.clone()
+    tokens[1] = draft
+    q = torch.softmax(torch.randn(p.shape, generator=torch.Generator().manual_seed(67), dtype=torch.float64), -1) / 2
+    q[draft] += 0.5
+    sampling.draft_probs.copy_(q.float().expand(2, 3, -1))
+    steps = 6000
+    first = torch.empty(steps, dtype=torch.int64, device=dev)
+    for n in range(steps):  # row 0's (row 1 has a context of its own)
+        sampling.seed.copy_(torch.arange(2, device=dev) + 2 * n + 1)
+        step(tokens, i.positions, i.block_tables, i.context_lens, sampling=sampling)
+        first[n] = step.verdict[1][0, 0]
+    got = first.cpu()
+    top = p.argsort(descending=True)[:40]
+    counts = (got[:, None] == top[None, :]).sum(0).double()
+    expected = p[top] * got.numel()
+    small = expected < 5
+    obs = torch.cat([counts[~small], (got.numel() - counts[~small].sum())[None]])
+    exp = torch.cat([expected[~small], (got.numel() - expected[~small].sum())[None]])
+    chi2 = float(((obs - exp) ** 2 / exp).sum())
+    df = obs.numel() - 1
+    keep = float(torch.minimum(torch.ones((), dtype=torch.float64), p[draft] / q[draft]))
+    print(f"χ² {chi2:.1f} on {df} degrees of freedom (0.1% bound {_chi2_bound(df):.1f}); draft kept "
+          f"{float((got == draft).double().mean()):.3f}, p(draft) {float(p[draft]):.3f}, min(1, p/q) {keep:.3f}")
+    assert chi2 < _chi2_bound(df)
+
