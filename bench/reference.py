@@ -142,6 +142,24 @@ def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row:
     return accepted, emitted
 
 
+def allowed_distribution(logit: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, float]:
+    """The sampling head's p for one token row, in float64: softmax(logit / temperature) over the
+    allowed ids S (those whose more likely ids number fewer than top_k, 0: any, and hold less than
+    top_p of the whole distribution), renormalized; and the margin of S's boundary (the mass
+    test's smallest distance from its bound, relative to the total)."""
+    w = np.exp((logit - logit.max()) / temperature)
+    total = w.sum()
+    values, inverse, ties = np.unique(logit, return_inverse=True, return_counts=True)  # ascending
+    mass_at = np.bincount(inverse, weights=w)
+    above_count = np.cumsum(ties[::-1])[::-1] - ties  # the ids more likely than each value's
+    above_mass = np.cumsum(mass_at[::-1])[::-1] - mass_at
+    allowed_value = ((top_k <= 0) | (above_count < top_k)) & (above_mass < top_p * total)
+    margin = float(np.min(np.abs(above_mass - top_p * total)) / total) if top_p < 1 else float("inf")
+    allowed = allowed_value[inverse]
+    p = np.where(allowed, w, 0.0)
+    return p / p.sum(), margin
+
+
 def proposal_verdict(logits: torch.Tensor, inputs: list[int], draft_probs: torch.Tensor, picks: list[int],
                      temperature: float, top_k: int, top_p: float, seed: int, positions: list[int],
                      max_rounds: int) -> tuple[int, list[int], float]:
@@ -149,28 +167,27 @@ def proposal_verdict(logits: torch.Tensor, inputs: list[int], draft_probs: torch
     float64 from the programs' fp32 logits [tokens, V], the row's input ids (token j + 1 the
     draft after token j), q [drafts, V], the head's own draws ``picks`` [tokens] and the same
     uniforms: (accepted, the ids to emit, the smallest margin a decision had: u·q(d) against
-    p(d) relative to p(d), the correction's Gumbel maximum over its runner-up). A row sampling
-    at a temperature from every id keeps draft d when u·q(d) < p(d) and otherwise emits a draw
-    from max(0, p − q); any other row keeps d when it equals its draw (``kernels/head``)."""
+    p(d) relative to p(d), the allowed set's boundary, the correction's Gumbel maximum over its
+    runner-up). Draft d is kept when u·q(d) < p(d), p the target's distribution over its
+    allowed ids (``allowed_distribution``), else a draw from max(0, p − q) is emitted; a greedy
+    row keeps d when it is its greedy id (``kernels/head``)."""
     tokens, vocab = logits.shape
-    rule = temperature > 0 and top_p >= 1 and (top_k <= 0 or top_k >= vocab)
     emitted, margin = [], float("inf")
     for j in range(tokens):
         if j == tokens - 1:  # the bonus id
             emitted.append(picks[j])
             break
         draft = inputs[j + 1]
-        if not rule:
+        if temperature <= 0 or top_p <= 0:
             emitted.append(picks[j])
             if draft != picks[j]:
                 break
             continue
-        logit = logits[j].double().numpy()
-        p = np.exp((logit - logit.max()) / temperature)
-        p /= p.sum()
+        p, boundary = allowed_distribution(logits[j].double().numpy(), temperature, top_k, top_p)
+        margin = min(margin, boundary)
         q = draft_probs[j].double().numpy()
         u = philox_uniforms(seed, positions[j], max_rounds, vocab)[draft]
-        margin = min(margin, abs(u * q[draft] - p[draft]) / p[draft])
+        margin = min(margin, abs(u * q[draft] - p[draft]) / p[draft] if p[draft] > 0 else float("inf"))
         if u * q[draft] < p[draft]:
             emitted.append(draft)
             continue

@@ -353,12 +353,14 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
 @pytest.mark.parametrize("target, units", [("gfx942", 304), ("gfx950", 256)])
 def test_a_sampling_head_compiles_and_checks_for_the_amd_targets(tiny_recipe, tmp_path, target, units):
     """The sampling head's numerics are tested on sm_90 (under the interpreter and on the H200);
-    for gfx942 and gfx950 its programs compile and their contracts hold."""
+    for gfx942 and gfx950 its programs compile and their contracts hold, a verify band's that
+    takes the drafts' distributions included."""
     from click.testing import CliRunner
 
     from monobuild.cli.main import main
 
-    recipe = tiny_recipe(head="sample", target=target, sm_count=units)
+    recipe = tiny_recipe(head="sample", target=target, sm_count=units,
+                         verify={"rows": 1, "tokens": 3, "draft_probs": True})
     cache = ["--cache", str(tmp_path / "cache")]
     out = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2", "-q", *cache])
     assert out.exit_code == 0, out.output

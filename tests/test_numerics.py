@@ -93,7 +93,7 @@ CASES = [
     # …and in a verify band: each token row's draw, the verdict over the drawn ids
     ("tiny-llama.json", "fp32", 2, 3, [90, 41], "sample"),
     # …deciding by the proposer's distributions (verify.draft_probs): the speculative-sampling
-    # rule's row, a greedy row and a top-k row; staged and persistent
+    # rule over every id and within top-k, a greedy row; staged and persistent
     ("tiny-llama.json", "fp32", 3, 4, [90, 41, 66], "draft_probs"),
     ("tiny-qwen3.json", "fp32", 2, 4, [60, 130], "draft_probs_persistent"),
     # an fp16 checkpoint's package: weights, activations and KV cache in fp16

@@ -576,7 +576,7 @@ def _spread_sampling(step, i, rows: int, dev, top_k: list[int]) -> tuple[runtime
 @pytest.mark.parametrize("mode", ["persistent", "staged"])
 def test_a_verdict_with_the_drafts_distributions_is_the_references(drafted, mode):
     """A 2 × 4 verify step whose rows' drafts come with the proposer's distributions: row 0 samples
-    from every id (the speculative-sampling rule), row 1 within top-k 20 (the rule without q); over
+    from every id, row 1 within top-k 20 (the allowed set's threshold searched for); over
     seeds and proposals near and far from the target, each decided verdict is
     ``proposal_verdict``'s over the step's own logits and draws, and the rule both keeps and
     corrects drafts."""

@@ -32,9 +32,10 @@ def test_the_sampler_draws_the_references_ids_over_several_chunks():
     assert all(out["ids"][b] == out["wanted"][b] for b in decided), f"{case}: {out}"
 
 
-# a verify band of 4 rows × 4 tokens: the speculative-sampling rule's rows (temperatures over
-# every id) and one within top-k (the rule without q)
-VERIFY_SETTINGS = [(1.0, 0, 1.0), (0.7, 0, 1.0), (1.5, 0, 1.0), (2.0, 5, 1.0)]
+# a verify band of 5 rows × 4 tokens, the speculative-sampling rule over every id, within top-k,
+# within top-p, both (their boundaries among the rows' likeliest ids, where one id's mass decides them by
+# more than fp32 rounds), and a greedy row
+VERIFY_SETTINGS = [(1.0, 0, 1.0), (2.0, 5, 1.0), (1.5, 0, 0.03), (1.2, 40, 0.05), (0.0, 0, 1.0)]
 
 
 def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
@@ -43,13 +44,13 @@ def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
     draws and uniforms, wherever its decisions are not within fp32's rounding."""
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": VERIFY_SETTINGS, "tokens": 4,
             "vocab": 3 * 2048 + 77, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
-            "peaks": [100, 2500, 4500, 6000]}
+            "peaks": [100, 2500, 4500, 6000, 3000]}
     proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
                           env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     decided = [b for b, margin in enumerate(out["verdict_margins"]) if margin > DECIDED]
-    assert len(decided) >= 3, f"{case}: {out}"
+    assert len(decided) >= 4, f"{case}: {out}"
     for b in decided:
         assert [out["accepted"][b], out["emitted"][b]] == out["verdicts"][b], f"{case}: row {b}: {out}"
 

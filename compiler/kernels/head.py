@@ -156,7 +156,7 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     proposer's own, that rule still emits ids distributed as the target's (each emitted id is a
     draw from p; the drafts only decide how far the row goes), but it accepts d only with
     probability p(d); with DRAFT_PROBS the verdict takes q (``draft_probs``, [rows, drafts, V])
-    and decides by the speculative-sampling rule where it can (``_proposal_verdict``)."""
+    and decides by the speculative-sampling rule (``_proposal_verdict``)."""
     for row in range(pid, M // TOKENS, G):
         alive = tl.full([], 1, tl.int1)  # every draft so far accepted
         n = tl.full([], 0, tl.int32)
@@ -187,16 +187,17 @@ def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mas
                       temperature, top_k, top_p, seed, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
                       BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
-    ``draft_row``): (the id to emit, whether the draft is kept). A row that samples at a
-    temperature from every id (top_k 0 or ≥ V, top_p ≥ 1) takes the speculative-sampling rule:
-    keep d when u · q(d) < p(d), p = softmax(logits / temperature) (its normalizer from the tiles'
-    masses, ``logits_op``), else emit a draw from max(0, p − q), renormalized (Gumbel-max in one
-    pass over the row's logits and q). Any other row keeps the rule without q: emit ``pick``, the
-    row's own draw from p (a greedy row's greedy id), and keep d when it equals it: exact too
-    (every emitted id is a draw from p), at a lower acceptance. The uniforms are the row's seed's
-    at the token's position in rounds past the draws' (u: round MAX_ROUNDS at id d; the
-    correction's noise: round MAX_ROUNDS + 1), so they are independent of ``pick``'s."""
+    ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
+    over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
+    top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
+    renormalized (Gumbel-max in one pass over the row's logits and q). p's normalizer is the
+    tiles' masses' sum where S is every id (``logits_op``), else the mass at or above S's
+    threshold (``_allowed_threshold``). A greedy row (temperature or top_p 0) keeps d when it is
+    its greedy id ``pick`` and emits ``pick``: the rule over a one-id p. The uniforms are the
+    row's seed's at the token's position in rounds past the draws' (u: round MAX_ROUNDS at id d;
+    the correction's noise: round MAX_ROUNDS + 1), independent of ``pick``'s."""
     TILES: tl.constexpr = (V + BN - 1) // BN
+    CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
     temp = tl.load(temperature + row)
@@ -204,7 +205,7 @@ def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mas
     k = tl.load(top_k + row)
     emit = pick
     keep = draft == pick
-    if (temp > 0.0) & (p >= 1.0) & ((k <= 0) | (k >= V)):
+    if (temp > 0.0) & (p > 0.0):
         key = tl.load(seed + row)
         position = tl.load(positions + m).to(tl.uint32)
         inv_t = 1.0 / temp
@@ -213,9 +214,15 @@ def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mas
         mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
         best = tl.max(vals, axis=0)
         total = tl.sum(tl.exp((vals - best) * inv_t) * mass, axis=0)
+        floor = tl.full([], float("-inf"), tl.float32)  # S: the ids whose logit is at least it
+        norm = total
+        if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
+            floor, norm = _allowed_threshold(logits + m * V, best, inv_t, total, k, p, chunk_max, V, BV, CHUNKS)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
-        p_d = tl.exp((tl.load(logits + m * V + d, cache_modifier=".cg") - best) * inv_t) / total
+        logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
+        p_d = tl.where(logit_d >= floor, tl.exp((logit_d - best) * inv_t) / norm, 0.0)
         u = _uniform(key, d.to(tl.uint32), position, MAX_ROUNDS)
         keep = (u * tl.load(q + d) < p_d) & (draft >= 0) & (draft < V)
         emit = tl.where(keep, draft, pick)
@@ -224,7 +231,8 @@ def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mas
             for c in range(0, V, BV):
                 v = c + n
                 logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                excess = tl.exp((logit - best) * inv_t) / total - tl.load(q + v, mask=v < V, other=0.0)
+                p_v = tl.where(logit >= floor, tl.exp((logit - best) * inv_t) / norm, 0.0)
+                excess = p_v - tl.load(q + v, mask=v < V, other=0.0)
                 noise = _uniform(key, v.to(tl.uint32), position, MAX_ROUNDS + 1)
                 positive = (excess > 0.0) & (v < V)
                 z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
@@ -232,6 +240,73 @@ def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mas
                 emit = tl.where(chunk_z > top_z, c + at, emit)
                 top_z = tl.maximum(chunk_z, top_z)
     return emit, keep
+
+
+@triton.jit
+def _allowed_threshold(row, best, inv_t, total, k, p, chunk_max, V: tl.constexpr, BV: tl.constexpr,
+                       CHUNKS: tl.constexpr):
+    """S's threshold for a row whose top_k or top_p restricts it, and S's mass (of
+    exp((logit − best) · inv_t)): S = the ids x whose more likely ids number fewer than k (k > 0)
+    and hold less than p · total, so S is every id whose logit is at least the smallest logit τ
+    that passes (the test is monotone in the logit). τ is found by SPLITS-ary search: a pass
+    counts, at each of SPLITS thresholds, the ids above it and their mass, and the interval
+    (lo, hi] that holds τ (the test fails at lo and passes at hi) shrinks to the pair of
+    thresholds around the last that passes, until the ids inside it share one logit. The first
+    pass's thresholds sit 2^(i/2) temperatures below the best logit (and where every one passes,
+    τ lies between the row's least logit and the lowest); a pass reads only the chunks whose
+    tiles hold a logit above lo."""
+    SPLITS: tl.constexpr = 16
+    SUB: tl.constexpr = 256  # ids a step of a pass compares with every threshold
+    chunk = tl.arange(0, CHUNKS)
+    i = tl.arange(0, SPLITS)
+    lo = tl.full([], float("-inf"), tl.float32)
+    hi = best
+    tau = best
+    found = tl.full([], 0, tl.int1)
+    rounds = 0
+    while (~found) & (rounds < 24):
+        if rounds == 0:  # descending: best − 1, − √2, − 2, … − 2^7.5 temperatures
+            cuts = best - tl.exp2(i.to(tl.float32) * 0.5) / inv_t
+        else:  # descending, strictly inside (lo, hi)
+            cuts = hi - (hi - lo) * (i + 1).to(tl.float32) / (SPLITS + 1)
+        count = tl.zeros([SPLITS], tl.int32)
+        over = tl.zeros([SPLITS], tl.float32)
+        inside_min = tl.full([], float("inf"), tl.float32)
+        inside_max = tl.full([], float("-inf"), tl.float32)
+        least = tl.full([], float("inf"), tl.float32)
+        c = tl.min(tl.where(chunk_max > lo, chunk, CHUNKS), axis=0)
+        while c < CHUNKS:
+            for h in tl.static_range(BV // SUB):
+                v = c * BV + h * SUB + tl.arange(0, SUB)
+                logit = tl.load(row + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                above = logit[:, None] > cuts[None, :]
+                count += tl.sum(above.to(tl.int32), axis=0)
+                over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
+                inside = (logit > lo) & (logit <= hi)
+                inside_min = tl.minimum(inside_min, tl.min(tl.where(inside, logit, float("inf")), axis=0))
+                inside_max = tl.maximum(inside_max, tl.max(tl.where(inside, logit, float("-inf")), axis=0))
+                least = tl.minimum(least, tl.min(tl.where(v < V, logit, float("inf")), axis=0))
+            c = tl.min(tl.where((chunk_max > lo) & (chunk > c), chunk, CHUNKS), axis=0)
+        passes = ((k <= 0) | (count < k)) & (over < p * total)
+        found = inside_min == inside_max  # one logit left in (lo, hi]: τ
+        tau = tl.where(found, inside_max, tau)
+        if ~found:  # (lo, hi] ← (the first cut that fails, the last that passes]
+            last = tl.max(tl.where(passes, i, -1), axis=0)
+            hi = tl.where(last >= 0, tl.sum(tl.where(i == last, cuts, 0.0), axis=0), hi)
+            # where every cut of the first pass passes, just below the least logit: the test fails
+            # there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1)
+            lo = tl.where(last < SPLITS - 1, tl.sum(tl.where(i == last + 1, cuts, 0.0), axis=0),
+                          tl.where(rounds == 0, least - 1.0, lo))
+        rounds += 1
+    tau = tl.where(found, tau, hi)
+    mass = tl.full([], 0.0, tl.float32)  # S's: the ids at or above τ
+    c = tl.min(tl.where(chunk_max >= tau, chunk, CHUNKS), axis=0)
+    while c < CHUNKS:
+        v = c * BV + tl.arange(0, BV)
+        logit = tl.load(row + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+        mass += tl.sum(tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+        c = tl.min(tl.where((chunk_max >= tau) & (chunk > c), chunk, CHUNKS), axis=0)
+    return tau, mass
 
 
 @triton.jit
