@@ -614,9 +614,8 @@ def test_a_verdict_with_the_drafts_distributions_is_the_references(drafted, mode
 
 def test_the_rule_emits_ids_distributed_as_the_target(drafted):
     """The speculative-sampling rule's first emitted id, over 6000 seeds with one draft and one
-    proposal (half its mass on the draft, the target's 2nd most likely id), is distributed as the
-    target's softmax: a χ² test at the 0.1% level, and the draft kept about as often as the rule's
-    acceptance, Σ min(p, q)'s share at the draft."""
+    proposal (half its mass on the draft, the target's 2nd most likely id, which the proposal
+    over-weights), is distributed as the target's softmax: a χ² test at the 0.1% level."""
     pkg, weights = drafted
     dev = pkg.device
     cache = random_kv_cache(pkg, NUM_BLOCKS, 67)
