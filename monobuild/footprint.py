@@ -112,7 +112,7 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
         + (g.layers * _numel(layout.routed) * 4 if layout.routed else 0),
         control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots) * 8,
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0)
-        + (m - rows) * g.vocab * 4 * takes_draft_probs(d, step.band))
+        + ((m - rows) * g.vocab * 4 if takes_draft_probs(d, step.band) else 0))
 
 
 def takes_draft_probs(deployment, band: Band) -> bool:
