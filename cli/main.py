@@ -152,14 +152,19 @@ class _progress:
               help="Memory bandwidth (bytes/s) for the roofline estimate.")
 @click.option("--context", default=1024, show_default=True, type=click.IntRange(1),
               help="Tokens of context per row for the roofline estimate.")
+@click.option("--schedule", "schedule_path", type=click.Path(path_type=Path),
+              help="Plan with this schedule table instead of the shipped schedules/<target>.yaml (as compile "
+                   "--schedule does).")
 @_one_line_errors
-def plan(recipe, as_json, bandwidth, context):
+def plan(recipe, as_json, bandwidth, context, schedule_path):
     """Show RECIPE's programs: stages, tasks, regions, syncs, bytes and roofline."""
     from ..compiler.plan import plan_recipe
     from ..compiler.recipe import load_recipe
+    from ..compiler.schedule import read_schedule
     from .report import plan_json, plan_text
 
-    p = plan_recipe(load_recipe(recipe))
+    loaded = load_recipe(recipe)
+    p = plan_recipe(loaded, read_schedule(schedule_path) if schedule_path else None)
     if as_json:
         click.echo(json.dumps(plan_json(p, bandwidth, context), indent=1))
     else:

@@ -121,6 +121,25 @@ def test_plan_command(tiny_recipe):
     assert {s["mode"] for s in data["steps"]} == {"persistent", "staged"}
 
 
+def test_plan_takes_a_schedule_table_as_compile_does(tiny_recipe, tmp_path):
+    """``plan --schedule`` plans with the given table (its header names it; here one that stages
+    the norms of 2-row layers apart), and a missing table is one line naming it, exit 2."""
+    from importlib import resources
+
+    import yaml
+
+    doc = yaml.safe_load((resources.files("monobuild.schedules") / "sm_90.yaml").read_text())
+    doc["entries"].insert(0, {"match": {"kind": "layer", "rows": 2}, "set": {"norm_stages": 0}})
+    table = tmp_path / "table.yaml"
+    table.write_text(yaml.safe_dump(doc))
+    shipped = CliRunner().invoke(main, ["plan", str(tiny_recipe())]).output
+    staged = CliRunner().invoke(main, ["plan", str(tiny_recipe()), "--schedule", str(table)])
+    assert staged.exit_code == 0 and f"schedule {table}" in staged.output and str(table) not in shipped
+    assert staged.output.count("norm_qkv") < shipped.count("norm_qkv")
+    missing = CliRunner().invoke(main, ["plan", str(tiny_recipe()), "--schedule", str(tmp_path / "none.yaml")])
+    assert missing.exit_code == 2 and "none.yaml" in missing.output and len(missing.output.strip().splitlines()) == 1
+
+
 @pytest.mark.parametrize("bad", [{"target": "sm_80"}, {"config": "nope.json"}, {"bands": [32]}])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(tiny_recipe, tmp_path, bad):
     good = tiny_recipe("good.yaml")
