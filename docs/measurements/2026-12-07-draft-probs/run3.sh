@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run1.sh's part B alone (the device time left after the failed starts fits no more): the sampling
+# run1.sh's part B alone, for a call with little device time: the sampling
 # GPU tests on .gpu/Q, then what the draft-probability verdict costs a step.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
