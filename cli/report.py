@@ -93,6 +93,7 @@ def _footprints(m: Manifest) -> list[Footprint]:
 def inspect_json(m: Manifest) -> dict:
     return {
         "recipe": m.recipe, "target": m.target, "sm_count": m.sm_count, "toolchain": dict(m.toolchain),
+        "deployment": m.deployment.to_json(),
         "memory": [{"mode": f.mode, "total": f.total, "rope": f.rope,
                     "bands": [{"band": asdict(b.band), **{k: v for k, v in asdict(b).items() if k != "band"}}
                               for b in f.bands]}
@@ -107,9 +108,21 @@ def inspect_json(m: Manifest) -> dict:
     }
 
 
+def _serves(m: Manifest) -> str:
+    """What the package serves, as an engine matches it: the head, the bands (a verify band's
+    drafts' distributions), the modes, the dtypes and the KV cache's page, the longest context."""
+    d = m.deployment
+    weights = (f"{d.quant.fmt} projections in {d.quant.block_rows}×{d.quant.block_cols} scale blocks, "
+               f"{d.dtypes.weights} otherwise" if d.quant else f"{d.dtypes.weights} weights")
+    drafts = " (verify bands take the drafts' distributions)" if d.draft_probs else ""
+    return (f"serves: head {d.head}; bands {', '.join(b.name for b in d.bands)}{drafts}; modes {', '.join(d.modes)}; "
+            f"{weights}; {d.kv_cache.dtype} KV cache in pages of {d.kv_cache.block_size}; "
+            f"context up to {d.max_context}")
+
+
 def inspect_text(m: Manifest) -> str:
     tools = ", ".join(f"{k} {v}" for k, v in m.toolchain)
-    lines = [f"{m.recipe} for {m.target} × {m.sm_count} units ({tools})",
+    lines = [f"{m.recipe} for {m.target} × {m.sm_count} units ({tools})", _serves(m),
              f"{'program':<26} {'grid':>5} {'thr':>4} {'regs':>5} {'spill':>5} {'smem':>7} {'CTA/unit':>8}"
              f" {'fits':>4}  fingerprint"]
     for p in m.programs:

@@ -110,8 +110,11 @@ def test_inspect_lists_resources(tiny_packages):
     package = tiny_packages[2]["sm_90"][0]
     result = CliRunner().invoke(main, ["inspect", str(package)])
     assert result.exit_code == 0 and "layer.r2t1.persistent" in result.output
+    assert "serves: head ids; bands r2t1; modes persistent, staged; bf16 weights; bf16 KV cache in pages of " \
+           "16; context up to 256" in result.output
     data = json.loads(CliRunner().invoke(main, ["inspect", str(package), "--json"]).output)
     assert all(p["fits"] for p in data["programs"])
+    assert data["deployment"]["head"] == "ids" and data["deployment"]["draft_probs"] is False
 
 
 def test_plan_command(tiny_recipe):
