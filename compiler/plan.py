@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEdge
+from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEdge, takes_draft_probs
 from . import derive, executor
 from .errors import InputError
 from .executor import Ring
@@ -241,7 +241,7 @@ class Planner:
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",
                              norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample",
-                             d.draft_probs and band.tokens > 1)
+                             takes_draft_probs(d, band))
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

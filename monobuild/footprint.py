@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .manifest import Manifest
-from .schema import Band, Region, Step
+from .schema import Band, Region, Step, takes_draft_probs
 
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
 SAMPLING_BYTES = 4 + 4 + 4 + 8  # a sampling head's per-row settings: temperature, top-k, top-p, seed
@@ -114,11 +114,6 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0)
         + ((m - rows) * g.vocab * 4 if takes_draft_probs(d, step.band) else 0))
 
-
-def takes_draft_probs(deployment, band: Band) -> bool:
-    """Whether a step of ``band`` takes the proposer's distributions of its drafts ([rows, drafts,
-    vocab] fp32): a sampled verify band's, where the recipe asked for them."""
-    return deployment.draft_probs and band.tokens > 1
 
 
 def footprint(manifest: Manifest, mode: str) -> Footprint:

@@ -297,6 +297,13 @@ class DtypeRoles:
         return self.projections or self.weights
 
 
+def takes_draft_probs(deployment, band: Band) -> bool:
+    """Whether a step of ``band`` takes the proposer's distributions of its drafts ([rows, drafts,
+    vocab] fp32): a verify band's, where the recipe asked for them (``deployment``: the compiler's
+    or the package's record of it)."""
+    return deployment.draft_probs and band.tokens > 1
+
+
 @dataclass(frozen=True)
 class PackageDeployment:
     """What a package serves, as the runtime needs it (the compiler's Deployment, less the target)."""

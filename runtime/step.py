@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import torch
 
-from ..footprint import ROUTED, takes_draft_probs
-from ..schema import Step
+from ..footprint import ROUTED
+from ..schema import Step, takes_draft_probs
 from .buffers import Sampling, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
 from .hangs import check_hang_log

@@ -312,10 +312,11 @@ def test_the_reported_footprint_is_what_binding_allocates(tiny_recipe, tmp_path,
 
     from monobuild.bench.checkpoints import random_hf_state_dict
     from monobuild.cli.main import main
-    from monobuild.footprint import band_footprint, footprint, takes_draft_probs
+    from monobuild.footprint import band_footprint, footprint
     from monobuild.runtime.buffers import TORCH_DTYPES, band_buffers, input_copies
     from monobuild.runtime.rope import rope_table
     from monobuild.runtime.weights import pack_hf_state_dict
+    from monobuild.schema import takes_draft_probs
 
     shutil.copy(DATA / config, tmp_path / config)
     recipe = tiny_recipe(config=config, head=head, **({"verify": verify} if verify else {}))
