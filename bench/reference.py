@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..parallel import TensorParallel
 from ..runtime.rope import angles
 from ..runtime.weights import PackedWeights
 from ..schema import Experts, Geometry
@@ -74,56 +75,99 @@ def reference_step(geometry: Geometry, weights: PackedWeights, k_caches: list, v
                    routing: dict[int, list[Routed]] | None = None) -> torch.Tensor:
     """Logits [rows·tokens_per_row, vocab] of one step; the caches gain the live rows' new K/V.
     ``routing`` (a dict) gains each routed layer's rows' ``Routed``."""
-    g = geometry
-    eps, d, nq, nkv = g.norm_eps, g.head_dim, g.q_heads, g.kv_heads
-    group, m = nq // nkv, tokens.shape[0]
-    block = k_caches[0].shape[1]
-    rows = m // tokens_per_row
-    cd = compute_dtype
+    return tensor_parallel_reference_step(geometry, TensorParallel(1), [weights], [k_caches], [v_caches], tokens,
+                                          positions, block_tables, context_lens, tokens_per_row, compute_dtype,
+                                          routing)
+
+
+def tensor_parallel_reference_step(geometry: Geometry, tp: TensorParallel, weights: list[PackedWeights],
+                                   k_caches: list[list], v_caches: list[list], tokens: torch.Tensor,
+                                   positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
+                                   tokens_per_row: int, compute_dtype: torch.dtype = torch.float64,
+                                   routing: dict[int, list[Routed]] | None = None) -> torch.Tensor:
+    """``reference_step`` over ``tp.size`` ranks, each with its shard of the weights
+    (``weights[rank]``, ``runtime.shards``) and of the KV caches (its KV heads): the embedding is
+    the sum of the ranks' rows, each layer's o and MLP outputs the sum of the ranks' partials in
+    rank order (the all-reduce), the logits the ranks' vocabulary rows side by side, less the
+    padding. ``routing`` gains rank 0's record (the router is whole on every rank)."""
+    if len(weights) != tp.size:
+        raise ValueError(f"{len(weights)} ranks' weights for {tp.size} ranks")
+    g, r = geometry, tp.rank_geometry(geometry)
+    eps, cd = g.norm_eps, compute_dtype
     a = angles(g, positions.long().cpu()).to(cd).to(tokens.device)
     cos, sin = a.cos()[:, None, :], a.sin()[:, None, :]
-    x = weights.embed[tokens.long()].to(cd)
-    for layer, w in enumerate(weights.layers):
-        qkv = _rms(x, w.attn_norm, eps) @ w.projection("qkv", cd).T
-        if w.b_q is not None:
-            qkv = qkv + w.bias().to(cd)
-        q = qkv[:, : nq * d].view(m, nq, d)
-        k = qkv[:, nq * d: (nq + nkv) * d].view(m, nkv, d)
-        v = qkv[:, (nq + nkv) * d:].view(m, nkv, d)
-        if w.q_norm is not None:
-            q, k = _rms(q, w.q_norm, eps), _rms(k, w.k_norm, eps)
-        q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-        kc, vc = k_caches[layer], v_caches[layer]
-        attn = torch.zeros(m, nq, d, dtype=cd, device=x.device)
-        for b in range(rows):
-            ctx = int(context_lens[b])
-            if ctx == 0:
-                continue
-            for j in range(tokens_per_row):
-                t = b * tokens_per_row + j
-                pos = int(positions[t])
-                slot = int(block_tables[b, pos // block]), pos % block
-                kc[slot] = k[t].to(kc.dtype)
-                vc[slot] = v[t].to(vc.dtype)
-            for j in range(tokens_per_row):
-                t = b * tokens_per_row + j
-                n = int(positions[t]) + 1
-                lo = max(0, n - g.sliding_window) if g.sliding_window else 0  # transformers: key > query − window
-                pages = block_tables[b, : -(-n // block)].long()
-                keys = kc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
-                vals = vc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
-                keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
-                scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
-                attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
-        x1 = x + attn.reshape(m, nq * d) @ w.projection("o", cd).T
+    ids = tokens.long()
+    x = sum(_embedding_rows(w.embed, ids, tp.vocab_range(g, rank)[0]).to(cd) for rank, w in enumerate(weights))
+    for layer in range(g.layers):
+        ranks = [w.layers[layer] for w in weights]
+        xh = [_rms(x, w.attn_norm, eps) for w in ranks]
+        x1 = x + sum(_attention(r, w, xh[rank], cos, sin, k_caches[rank][layer], v_caches[rank][layer], positions,
+                                block_tables, context_lens, tokens_per_row, cd) @ w.projection("o", cd).T
+                     for rank, w in enumerate(ranks))
+        xh = [_rms(x1, w.mlp_norm, eps) for w in ranks]
         if g.is_moe(layer):
             live = context_lens.repeat_interleave(tokens_per_row) > 0
-            rows_routed = routing.setdefault(layer, []) if routing is not None else None
-            x = x1 + routed_mlp(_rms(x1, w.mlp_norm, eps), w, g.experts, live, rows_routed)
+            record = routing.setdefault(layer, []) if routing is not None else None
+            x = x1 + sum(routed_mlp(xh[rank], w, r.experts, live, record if rank == 0 else None)
+                         for rank, w in enumerate(ranks))
             continue
-        gate, up = (_rms(x1, w.mlp_norm, eps) @ w.projection("gate_up", cd).T).chunk(2, dim=-1)
-        x = x1 + (torch.nn.functional.silu(gate) * up) @ w.projection("down", cd).T
-    return _rms(x, weights.final_norm, eps) @ weights.w_head.to(cd).T
+        x = x1 + sum(_dense_mlp(xh[rank], w, cd) for rank, w in enumerate(ranks))
+    logits = torch.cat([_rms(x, w.final_norm, eps) @ w.w_head.to(cd).T for w in weights], dim=-1)
+    return logits[:, :g.vocab]
+
+
+def _embedding_rows(embed: torch.Tensor, ids: torch.Tensor, start: int) -> torch.Tensor:
+    """The rows of the ids a rank's embedding holds (ids ``start`` onwards, as many as it has
+    rows); zeros for the others."""
+    local = ids - start
+    held = (local >= 0) & (local < embed.shape[0])
+    return embed[local.clamp(0, embed.shape[0] - 1)] * held[:, None].to(embed.dtype)
+
+
+def _attention(g: Geometry, w, xh: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, kc: torch.Tensor,
+               vc: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor, context_lens: torch.Tensor,
+               tokens_per_row: int, cd: torch.dtype) -> torch.Tensor:
+    """The attention output [m, q_heads · head_dim] of the normed rows ``xh`` over ``g``'s heads
+    (a rank's, under tensor parallelism); the caches ``kc``/``vc`` gain the live rows' K/V."""
+    d, nq, nkv = g.head_dim, g.q_heads, g.kv_heads
+    group, m = nq // nkv, xh.shape[0]
+    block = kc.shape[1]
+    rows = m // tokens_per_row
+    qkv = xh @ w.projection("qkv", cd).T
+    if w.b_q is not None:
+        qkv = qkv + w.bias().to(cd)
+    q = qkv[:, : nq * d].view(m, nq, d)
+    k = qkv[:, nq * d: (nq + nkv) * d].view(m, nkv, d)
+    v = qkv[:, (nq + nkv) * d:].view(m, nkv, d)
+    if w.q_norm is not None:
+        q, k = _rms(q, w.q_norm, g.norm_eps), _rms(k, w.k_norm, g.norm_eps)
+    q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+    attn = torch.zeros(m, nq, d, dtype=cd, device=xh.device)
+    for b in range(rows):
+        if int(context_lens[b]) == 0:
+            continue
+        for j in range(tokens_per_row):
+            t = b * tokens_per_row + j
+            pos = int(positions[t])
+            slot = int(block_tables[b, pos // block]), pos % block
+            kc[slot] = k[t].to(kc.dtype)
+            vc[slot] = v[t].to(vc.dtype)
+        for j in range(tokens_per_row):
+            t = b * tokens_per_row + j
+            n = int(positions[t]) + 1
+            lo = max(0, n - g.sliding_window) if g.sliding_window else 0  # transformers: key > query − window
+            pages = block_tables[b, : -(-n // block)].long()
+            keys = kc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
+            vals = vc[pages].reshape(-1, nkv, d)[lo:n].to(cd)
+            keys, vals = keys.repeat_interleave(group, 1), vals.repeat_interleave(group, 1)
+            scores = torch.einsum("hd,nhd->hn", q[t], keys) / d**0.5
+            attn[t] = torch.einsum("hn,nhd->hd", scores.softmax(-1), vals)
+    return attn.reshape(m, nq * d)
+
+
+def _dense_mlp(xh: torch.Tensor, w, cd: torch.dtype) -> torch.Tensor:
+    gate, up = (xh @ w.projection("gate_up", cd).T).chunk(2, dim=-1)
+    return (torch.nn.functional.silu(gate) * up) @ w.projection("down", cd).T
 
 
 def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row: int) -> tuple[list[int], list[list[int]]]:
