@@ -158,12 +158,18 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     probability p(d); with DRAFT_PROBS the verdict takes q (``draft_probs``, [rows, drafts, V])
     and decides by the speculative-sampling rule (``_proposal_verdict``)."""
     for row in range(pid, M // TOKENS, G):
+        # the row's settings, read once for its token rows
+        temp = tl.load(temperature + row)
+        p = tl.load(top_p + row)
+        k = tl.load(top_k + row)
+        key = tl.load(seed + row)
         alive = tl.full([], 1, tl.int1)  # every draft so far accepted
         n = tl.full([], 0, tl.int32)
         for j in range(TOKENS):
             m = row * TOKENS + j
-            pick = _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, positions, temperature,
-                         top_k, top_p, seed, V, BN, TILES_P, BV, MAX_ROUNDS)
+            position = tl.load(positions + m).to(tl.uint32)
+            pick, best, total, chunk_max = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p,
+                                                 k, key, position, V, BN, TILES_P, BV, MAX_ROUNDS)
             tl.store(next_ids + m, pick)
             if TOKENS > 1:
                 has_draft = j < TOKENS - 1
@@ -172,9 +178,9 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                 keep = draft == pick
                 if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
                     if alive & has_draft:
-                        emit, keep = _proposal_verdict(m, row, row * (TOKENS - 1) + j, draft, pick, logits,
-                                                       tile_max, tile_mass, draft_probs, positions, temperature,
-                                                       top_k, top_p, seed, V, BN, TILES_P, BV, MAX_ROUNDS)
+                        emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total,
+                                                       chunk_max, draft_probs, temp, p, k, key, position, V, BV,
+                                                       TILES_P // (BV // BN), MAX_ROUNDS)
                 tl.store(emitted + m, tl.where(alive, emit, -1))
                 alive = alive & has_draft & keep
                 n += alive.to(tl.int32)
@@ -183,41 +189,27 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
 
 
 @triton.jit
-def _proposal_verdict(m, row, draft_row, draft, pick, logits, tile_max, tile_mass, draft_probs, positions,
-                      temperature, top_k, top_p, seed, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
-                      BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, chunk_max, draft_probs, temp, p, k, key,
+                      position, V: tl.constexpr, BV: tl.constexpr, CHUNKS: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
     ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
     over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
     top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
-    renormalized (Gumbel-max in one pass over the row's logits and q). p's normalizer is the
-    tiles' masses' sum where S is every id (``logits_op``), else the mass at or above S's
+    renormalized (Gumbel-max in one pass over the row's logits and q). ``best``, ``total`` and
+    ``chunk_max`` are ``_draw``'s: the row's largest logit, the mass of every id and each chunk's
+    largest logit. p's normalizer is ``total`` where S is every id, else the mass at or above S's
     threshold (``_allowed_threshold``). A greedy row (temperature or top_p 0) keeps d when it is
     its greedy id ``pick`` and emits ``pick``: the rule over a one-id p. The uniforms are the
     row's seed's at the token's position in rounds past the draws' (u: round MAX_ROUNDS at id d;
     the correction's noise: round MAX_ROUNDS + 1), independent of ``pick``'s."""
-    TILES: tl.constexpr = (V + BN - 1) // BN
-    CHUNKS: tl.constexpr = TILES_P // (BV // BN)
-    t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
-    temp = tl.load(temperature + row)
-    p = tl.load(top_p + row)
-    k = tl.load(top_k + row)
     emit = pick
     keep = draft == pick
     if (temp > 0.0) & (p > 0.0):
-        key = tl.load(seed + row)
-        position = tl.load(positions + m).to(tl.uint32)
         inv_t = 1.0 / temp
-        part = m * TILES + t
-        vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
-        mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
-        best = tl.max(vals, axis=0)
-        total = tl.sum(tl.exp((vals - best) * inv_t) * mass, axis=0)
         floor = tl.full([], float("-inf"), tl.float32)  # S: the ids whose logit is at least it
         norm = total
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
             floor, norm = _allowed_threshold(logits + m * V, best, inv_t, total, k, p, chunk_max, V, BV, CHUNKS)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
@@ -294,9 +286,10 @@ def _allowed_threshold(row, best, inv_t, total, k, p, chunk_max, V: tl.constexpr
             last = tl.max(tl.where(passes, i, -1), axis=0)
             hi = tl.where(last >= 0, tl.sum(tl.where(i == last, cuts, 0.0), axis=0), hi)
             # where every cut of the first pass passes, just below the least logit: the test fails
-            # there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1)
+            # there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1);
+            # below it by at least 8 of its ulps, so at any magnitude
             lo = tl.where(last < SPLITS - 1, tl.sum(tl.where(i == last + 1, cuts, 0.0), axis=0),
-                          tl.where(rounds == 0, least - 1.0, lo))
+                          tl.where(rounds == 0, least - 1.0 - tl.abs(least) * 1e-6, lo))
         rounds += 1
     tau = tl.where(found, tau, hi)
     mass = tl.full([], 0.0, tl.float32)  # S's: the ids at or above τ
@@ -310,9 +303,8 @@ def _allowed_threshold(row, best, inv_t, total, k, p, chunk_max, V: tl.constexpr
 
 
 @triton.jit
-def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, positions, temperature, top_k, top_p,
-          seed, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr,
-          MAX_ROUNDS: tl.constexpr):
+def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, key, position, V: tl.constexpr,
+          BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
     """Token row m's id, drawn from softmax(logits / temperature) over its row's set S, the ids
     within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
     against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max),
@@ -323,17 +315,15 @@ def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, posi
     top_p ≥ 1) takes that draw with no pass at all; later rounds draw in a pass of their own. A
     pass reads only the chunks whose tiles hold an id above its bound.
     A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first index of its largest
-    logit. TILES_P is the tiles rounded up to a power of two, and to whole chunks of BV ids."""
+    logit. TILES_P is the tiles rounded up to a power of two, and to whole chunks of BV ids.
+    ``temp``, ``p``, ``k`` and ``key`` are the row's settings, ``position`` the token's. Returns
+    the id, with what a verdict over the same distribution reuses (``_proposal_verdict``): the
+    row's largest logit, the mass of every id (0 for a greedy row) and each chunk's largest logit."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
     n = tl.arange(0, BV)
-    # every load up front, so their L2 round trips overlap (a greedy row's tile parts are not read)
-    temp = tl.load(temperature + row)
-    p = tl.load(top_p + row)
-    k = tl.load(top_k + row)
-    key = tl.load(seed + row)
-    position = tl.load(positions + m).to(tl.uint32)
+    # every load up front, so their L2 round trips overlap
     part = m * TILES + t
     vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
     args = tl.load(tile_arg + part, mask=t < TILES, other=V, cache_modifier=".cg")
@@ -342,6 +332,10 @@ def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, posi
     tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
     best = tl.max(vals, axis=0)
     pick = tl.min(tl.where(vals == best, args, V), axis=0)
+    # a pass visits only the chunks of BV ids that hold an id above its bound (their tiles'
+    # maxima say which): those alone can change what it finds
+    chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
+    total = tl.full([], 0.0, tl.float32)
     if (temp > 0.0) & (p > 0.0):
         inv_t = 1.0 / temp
         shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
@@ -351,9 +345,6 @@ def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, posi
         first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
         every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
         pick = tl.where(every, first, pick)
-        # a pass visits only the chunks of BV ids that hold an id above its bound (their
-        # tiles' maxima say which): those alone can change what it finds
-        chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
         chunk = tl.arange(0, CHUNKS)
         floor = tl.full([], float("-inf"), tl.float32)
         done = every
@@ -387,4 +378,4 @@ def _draw(m, row, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, posi
             pick = tl.where(done, x, pick)
             floor = tl.where(done, floor, lx)
             r += 1
-    return pick
+    return pick, best, total, chunk_max
