@@ -39,6 +39,18 @@ def plan_json(plan: Plan, bandwidth: float, context: int) -> dict:
     }
 
 
+def _ranks_line(r) -> list[str]:
+    """Under tensor parallelism, what one rank holds (its programs' shapes)."""
+    n = r.deployment.tensor_parallel
+    if n == 1:
+        return []
+    g, rank = r.geometry, r.rank_geometry
+    replicas = r.deployment.tp.kv_replicas(g)
+    return [f"tensor parallel over {n} ranks, each: heads {rank.q_heads}/{rank.kv_heads}"
+            + (f" (each KV head on {replicas} ranks)" if replicas > 1 else "")
+            + f", intermediate {rank.intermediate}, vocab rows {rank.vocab} of {r.deployment.tp.padded_vocab(g)}"]
+
+
 def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
     r = plan.recipe
     g = r.geometry
@@ -50,11 +62,13 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
     lines = [
         f"{r.name}: {g.family}, {g.layers} layers{routed}, hidden {g.hidden}, heads {g.q_heads}/{g.kv_heads}×"
         f"{g.head_dim}, intermediate {g.intermediate}, vocab {g.vocab}",
+        *_ranks_line(r),
         f"target {r.deployment.target.name} × {r.deployment.sm_count} units; schedule {plan.schedule_source}",
         "",
     ]
+    persistent = "persistent" in r.deployment.modes
     for p in plan.programs:
-        if p.mode == "staged" and len(p.stages) == 1 and p.kind != "embed":
+        if persistent and p.mode == "staged" and len(p.stages) == 1 and p.kind != "embed":
             continue  # the staged programs repeat the persistent one's stages
         flags = ", ".join(f for f, on in (("PDL", p.launch_pdl), ("cooperative", p.launch_cooperative)) if on)
         lines.append(f"program {p.name}: grid {p.grid} × {p.num_warps} warps{' (' + flags + ')' if flags else ''}")
@@ -115,7 +129,9 @@ def _serves(m: Manifest) -> str:
     weights = (f"{d.quant.fmt} projections in {d.quant.block_rows}×{d.quant.block_cols} scale blocks, "
                f"{d.dtypes.weights} otherwise" if d.quant else f"{d.dtypes.weights} weights")
     drafts = " (verify bands take the drafts' distributions)" if d.draft_probs else ""
-    return (f"serves: head {d.head}; bands {', '.join(b.name for b in d.bands)}{drafts}; modes {', '.join(d.modes)}; "
+    ranks = f"each of {d.tensor_parallel} tensor-parallel ranks: " if d.tensor_parallel > 1 else ""
+    return (f"serves: {ranks}head {d.head}; bands {', '.join(b.name for b in d.bands)}{drafts}; "
+            f"modes {', '.join(d.modes)}; "
             f"{weights}; {d.kv_cache.dtype} KV cache in pages of {d.kv_cache.block_size}; "
             f"context up to {d.max_context}")
 

@@ -56,6 +56,9 @@ def retarget(recipe: Recipe, target_name: str | None, sm_count: int | None = Non
                                                     "needs that device's SM/CU count: give --sm-count")
     if target == d.target and sm_count in (None, d.sm_count):
         return recipe
+    if d.tensor_parallel > 1 and not target.is_nvidia:
+        raise InputError(recipe.source, "tensor_parallel", f"{d.tensor_parallel} ranks on {target.name}: the "
+                                                           "cross-rank programs are built for sm_90 so far")
     return replace(recipe, deployment=replace(d, target=target, sm_count=sm_count or d.sm_count))
 
 
@@ -63,6 +66,9 @@ def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:
     """The recipe's debug build (``--debug-wait-spins``): waits that give up and report."""
     if spins is None:
         return recipe
+    if recipe.deployment.tensor_parallel > 1:
+        raise InputError(recipe.source, "tensor_parallel", "--debug-wait-spins: the cross-rank waits do not give up "
+                                                           "yet, so a debug build would not keep its promise")
     return replace(recipe, name=f"{recipe.name}-debug", deployment=replace(recipe.deployment, debug_wait_spins=spins))
 
 

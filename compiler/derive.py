@@ -12,7 +12,7 @@ from .ops.spec import Op
 #: The ABI lists arguments by role, and within a role by region declaration (io, scratch) or by
 #: first use in op order (everything else).
 ROLE_ORDER = ("io", "layer_weight", "model_weight", "kv_cache", "step_input", "table", "band", "scratch", "sync",
-              "debug")
+              "debug", "rank", "tp_sync", "peer")
 COUNTERS = Arg("counters", "*i64", "sync")
 HANG_LOG = Arg("hang_log", "*i64", "debug")
 STAGE_CLOCK = Arg("stage_clock", "*i64", "debug")

@@ -68,6 +68,10 @@ def _pick(op_name: str, module, function: str, bindings: dict, skip: int) -> tup
     return tuple((n, bindings[n]) for n in params)
 
 
+def _site(cross_rank) -> tuple[int, int] | None:
+    return None if cross_rank is None else (cross_rank.site, cross_rank.ranks)
+
+
 def driver_spec(plan: ProgramPlan) -> DriverSpec:
     into = {e.consumer: e.counter for e in plan.syncs}
     out = {e.producer: e.counter for e in plan.syncs}
@@ -85,7 +89,7 @@ def driver_spec(plan: ProgramPlan) -> DriverSpec:
             op.name, body, body_args or _pick(op.name, module, body, b, 2), prefetch,
             _pick(op.name, module, prefetch, b, 1) if prefetch else (), stage.index, into.get(op.name),
             out.get(op.name), plan.launch_pdl and op.after_previous_launch,
-            plan.launch_pdl and op.releases_next_launch, streamed))
+            plan.launch_pdl and op.releases_next_launch, streamed, _site(op.peer_wait), _site(op.peer_signal)))
     return DriverSpec(f"{plan.kind}_kernel", plan.args, tuple(calls), plan.grid, plan.wait_spins, plan.hang_slots,
                       plan.clock_slots)
 

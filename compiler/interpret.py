@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from ..footprint import StepLayout
-from ..runtime.buffers import StepBuffers, StepInputs
+from ..runtime.buffers import RankBinding, StepBuffers, StepInputs
 from ..runtime.weights import PackedWeights
 from .emit import emit
 from .plan import Plan
@@ -90,7 +90,8 @@ class InterpretedStep:
     """One band's decode step, launching its programs under the interpreter: the staged ones, or
     the persistent ones of a plan for one CTA."""
 
-    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches, mode: str = "staged"):
+    def __init__(self, plan: Plan, band: Band, weights: PackedWeights, k_caches, v_caches, mode: str = "staged",
+                 ranks: int = 1):
         self.recipe = plan.recipe
         self.step = plan.step(band, mode)
         wide = [p.name for p in plan.programs if p.mode == "persistent" and p.grid > 1 and len(p.stages) > 1]
@@ -102,16 +103,46 @@ class InterpretedStep:
         self.programs = {name: (plan.program(name), emit(plan.program(name))) for name in used}
         self.kernels = {name: program.kernel() for name, (_, program) in self.programs.items()}
         regions = [r for p, _ in self.programs.values() for r in p.regions]
-        g = self.recipe.geometry
+        g = self.recipe.rank_geometry
         layout = StepLayout(tuple(regions), len(self.step.launches), max(p.counters for p, _ in self.programs.values()),
                             0, (0, 0))
-        self.buffers = StepBuffers(g, layout, band.m, self.recipe.deployment.max_context, poison=True)
+        self.buffers = StepBuffers(g, layout, band.m, self.recipe.deployment.max_context, poison=True, ranks=ranks)
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
 
     def __call__(self, inputs: StepInputs) -> tuple[torch.Tensor, torch.Tensor]:
-        for index, launch in enumerate(self.step.launches):
-            plan, program = self.programs[launch.program]
-            args = self.buffers.args(program.args, index, launch.layer, plan.kind, self.weights, self.k_caches,
-                                     self.v_caches, inputs, plan.scalars)
-            self.kernels[launch.program][(program.grid,)](*args)
+        for index in range(len(self.step.launches)):
+            self.launch(index, inputs)
         return self.buffers.logits, self.buffers.next_ids
+
+    def launch(self, index: int, inputs: StepInputs) -> None:
+        """Run the step's launch ``index``."""
+        launch = self.step.launches[index]
+        plan, program = self.programs[launch.program]
+        args = self.buffers.args(program.args, index, launch.layer, plan.kind, self.weights, self.k_caches,
+                                 self.v_caches, inputs, plan.scalars)
+        self.kernels[launch.program][(program.grid,)](*args)
+
+
+class InterpretedRanks:
+    """One band's staged step over every rank of a tensor-parallel plan, under the interpreter:
+    each launch runs on every rank, rank after rank, before the next launch, so an all-reduce's
+    wait finds every rank's signals already counted (the interpreter runs one CTA at a time; a
+    wait for a rank that has not run would never return). ``weights[rank]`` and the caches are
+    each rank's shard (``runtime.shards``, its KV heads)."""
+
+    def __init__(self, plan: Plan, band: Band, weights: list[PackedWeights], k_caches: list, v_caches: list):
+        d, g = plan.recipe.deployment, plan.recipe.geometry
+        tp = d.tp
+        self.ranks = [InterpretedStep(plan, band, weights[rank], k_caches[rank], v_caches[rank], "staged", tp.size)
+                      for rank in range(tp.size)]
+        buffers = [r.buffers for r in self.ranks]
+        for rank, r in enumerate(self.ranks):
+            start, stop = tp.vocab_range(g, rank)
+            r.buffers.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), buffers)
+
+    def __call__(self, inputs: StepInputs) -> list[StepBuffers]:
+        """Run the step on every rank; each rank's buffers (its logits are its vocabulary rows)."""
+        for index in range(len(self.ranks[0].step.launches)):
+            for r in self.ranks:
+                r.launch(index, inputs)
+        return [r.buffers for r in self.ranks]

@@ -34,6 +34,7 @@ def planned_record(p: ProgramPlan) -> dict:
         "stages": [asdict(s) for s in p.stages], "regions": [asdict(r) for r in p.regions],
         "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "hang_slots": p.hang_slots,
         "clock_slots": p.clock_slots, "params": dict(p.params), "executor": p.executor, "scalars": dict(p.scalars),
+        "cross_rank": [asdict(c) for c in p.cross_rank],
     }
 
 

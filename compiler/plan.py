@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from ..schema import DTYPE_BYTES, Arg, Band, Launch, Region, Stage, Step, SyncEdge, takes_draft_probs
+from ..schema import DTYPE_BYTES, Arg, Band, CrossRankSite, Launch, Region, Stage, Step, SyncEdge, takes_draft_probs
 from . import derive, executor
 from .errors import InputError
 from .executor import Ring
@@ -60,6 +60,12 @@ class ProgramPlan:
         return dict(self.params)[name]
 
     @property
+    def cross_rank(self) -> tuple[CrossRankSite, ...]:
+        """Where its ops meet the other ranks (tensor parallelism), in program order."""
+        return tuple(CrossRankSite(op.name, kind, at.site, at.ranks) for op in self.ops
+                     for kind, at in (("wait", op.peer_wait), ("signal", op.peer_signal)) if at is not None)
+
+    @property
     def counters(self) -> int:
         """The sync counters one launch of the program uses (its edges)."""
         return len(self.syncs)
@@ -93,7 +99,7 @@ class Plan:
         numerator). A routed layer's experts count as many times as its rows chose distinct
         experts, ``selected[layer]``, known after the step (``runtime``'s ``DecodeStep.routed``);
         without it, the most they can choose."""
-        g = self.recipe.geometry
+        g = self.recipe.rank_geometry
         return sum(stage.bytes_moved(g.attended(context), g.experts_chosen(launch.layer, band.m, selected))
                    for launch in self.step(band, self.recipe.deployment.modes[0]).launches
                    for stage in self.program(launch.program).stages)
@@ -114,15 +120,15 @@ class Planner:
         programs, steps = [], []
         for band in self.recipe.deployment.bands:
             for mode in self.recipe.deployment.modes:
-                g = self.recipe.geometry
-                embed = self._embed(band)
+                g = self.recipe.rank_geometry
+                embed = self._embed(band, mode)
                 dense = self._layer(band, mode, "layer") if len(g.moe_layers) < g.layers else ()
                 moe = self._layer(band, mode, "moe") if g.moe_layers else ()
                 head = self._head(band, mode)
-                for p in (embed, *dense, *moe, *head):
+                for p in (*embed, *dense, *moe, *head):
                     if p.name not in {q.name for q in programs}:
                         programs.append(p)
-                launches = [Launch(embed.name, None)]
+                launches = [Launch(p.name, None) for p in embed]
                 for layer_index in range(g.layers):
                     layer = moe if g.is_moe(layer_index) else dense
                     launches += [Launch(p.name, layer_index) for p in layer]
@@ -139,23 +145,30 @@ class Planner:
         return {"ROWS_P": max(16, next_pow2(band.m)), "EPS": self.recipe.geometry.norm_eps,
                 "DOT_IEEE": self.recipe.deployment.dtypes.activations == "fp32"}
 
-    def _embed(self, band: Band) -> ProgramPlan:
-        g, d = self.recipe.geometry, self.recipe.deployment
+    def _x_parts(self, band: Band) -> int:
+        """The partials the hidden state between layers is held in (``LayerShape.x_parts``)."""
+        return 1 if self.recipe.deployment.tensor_parallel > 1 else self.tiling.down_split(band)
+
+    def _embed(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
+        """The band's embedding program (staged in every mode: a row gather); under tensor
+        parallelism a second, the all-reduce of the ranks' rows."""
+        g, d = self.recipe.rank_geometry, self.recipe.deployment
         entry = self.tiling.entry("embed", band)
         block = min(entry.embed_block, next_pow2(g.hidden))
         grid = min(d.sm_count * entry.ctas_per_sm, band.m * -(-g.hidden // block))
-        parts = self.tiling.down_split(band)
-        ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtypes.weights, self.w)
-        declared = {r.name: r for r in ops[0].writes}
+        parts = self._x_parts(band)
+        ops = embed_ops(band.m, g.hidden, block, parts, grid, d.dtypes.weights, self.w, d.tensor_parallel, g.vocab)
+        declared = {r.name: r for op in ops for r in op.writes}
         params = {"M": band.m, "H": g.hidden, "BH": block, "X_PARTS": parts, "G": grid}
-        return self._program(f"embed.{band.name}", "embed", band, "staged", ops, 0, declared, grid, params, entry,
-                             pdl=False)
+        names = [f"embed.{band.name}", f"embed.{band.name}.reduce"]
+        return tuple(self._program(name, "embed", band, "staged", (op,), index, declared, grid, params, entry,
+                                   pdl=False) for index, (name, op) in enumerate(zip(names, ops)))
 
     def _layer(self, band: Band, mode: str, kind: str) -> tuple[ProgramPlan, ...]:
         """The band's layer programs of ``kind`` in ``mode``: the dense layers' (``layer``) or the
         routed layers' (``moe``), each with its own schedule entry (the table's entries for one
         kind say nothing of the other)."""
-        g, d = self.recipe.geometry, self.recipe.deployment
+        g, d = self.recipe.rank_geometry, self.recipe.deployment
         entry = self.tiling.entry(kind, band)
         full_grid = d.sm_count * entry.ctas_per_sm
         splits = self.tiling.kv_splits(band, full_grid, entry)
@@ -191,7 +204,7 @@ class Planner:
             return LayerShape(g.hidden, g.q_heads, g.kv_heads, g.head_dim, g.intermediate, g.qkv_bias, g.qk_norm,
                               band.rows, band.tokens, d.dtypes, self.w, self.kvb, grid,
                               bn, splits, k_splits.qkv, k_splits.o, k_splits.down, norm_stages, kv_tiles,
-                              tuple(sorted(cx.items())), d.quant, routed)
+                              tuple(sorted(cx.items())), d.quant, routed, d.tensor_parallel)
 
         # Region shapes (the per-CTA x̂ slices) are the full grid's in every mode.
         regions, ops = (moe_layer_regions, moe_layer_ops) if routed else (layer_regions, layer_ops)
@@ -202,7 +215,7 @@ class Planner:
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:
         """The persistent layer programs (dense or routed) as the streaming executor runs them."""
-        g, d = self.recipe.geometry, self.recipe.deployment
+        g, d = self.recipe.rank_geometry, self.recipe.deployment
         other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim, cx.get("SLOTS_P", 0))
         rings = executor.ring(entry.stream_slots, entry.num_warps, self.tiling.stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
@@ -226,13 +239,13 @@ class Planner:
                        ring=rings)
 
     def _head(self, band: Band, mode: str) -> tuple[ProgramPlan, ...]:
-        g, d = self.recipe.geometry, self.recipe.deployment
+        g, d = self.recipe.rank_geometry, self.recipe.deployment
         entry = self.tiling.entry("head", band)
         bn = entry.head_block_n
         tiles = -(-g.vocab // bn)
         full_grid = d.sm_count * entry.ctas_per_sm
         norm_stage = bool(entry.norm_stages)
-        parts = self.tiling.down_split(band)
+        parts = self._x_parts(band)
         cx = {**self._common(band), "H": g.hidden, "H_P": next_pow2(g.hidden), "V": g.vocab, "M": band.m, "BN": bn,
               "BK": self.tiling.block_k(entry, quantized=False), "TILES_P": next_pow2(tiles), "X_PARTS": parts,
               "GREEDY": d.head != "logits", "W_STAGES": entry.weight_stages, "NORM_STAGE": norm_stage,
@@ -241,7 +254,7 @@ class Planner:
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",
                              norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample",
-                             takes_draft_probs(d, band))
+                             takes_draft_probs(d, band), d.tensor_parallel)
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

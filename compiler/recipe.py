@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from ..parallel import SIZES as PARALLEL_SIZES
+from ..parallel import TensorParallel
 from ..schema import Band, DtypeRoles, KVLayout, PackageDeployment, WeightQuant
 from .errors import InputError, Refusal
 from .geometry import Geometry, is_pow2, load_config
@@ -53,6 +55,13 @@ class Deployment:
     # A sampling head's verify band takes the proposer's distributions of its drafts and decides
     # by the speculative-sampling rule (accept with min(1, p/q), correct from max(0, p − q)).
     draft_probs: bool = False
+    # The ranks the model is split over (``monobuild.parallel``): each rank runs the same programs
+    # over its shard, and the layers' all-reduces and the head's argmax meet across ranks.
+    tensor_parallel: int = 1
+
+    @property
+    def tp(self) -> TensorParallel:
+        return TensorParallel(self.tensor_parallel)
 
     @property
     def dtypes(self) -> DtypeRoles:
@@ -67,7 +76,7 @@ class Deployment:
         """What the package serves, as its manifest records it for the runtime."""
         return PackageDeployment(self.dtypes, self.kv_cache, self.bands, self.max_context, self.head, self.modes,
                                  self.lifetime_steps, self.debug_wait_spins, self.stage_clock, self.quant,
-                                 self.draft_probs)
+                                 self.draft_probs, self.tensor_parallel)
 
 
 @dataclass(frozen=True)
@@ -78,10 +87,16 @@ class Recipe:
     geometry: Geometry
     deployment: Deployment
 
+    @property
+    def rank_geometry(self) -> Geometry:
+        """The geometry one rank's programs are planned for: the model's own without tensor
+        parallelism, its share of heads, intermediate rows and vocabulary with it."""
+        return self.deployment.tp.rank_geometry(self.geometry)
+
 
 _KNOWN_KEYS = {
     "config", "target", "sm_count", "dtype", "kv_cache", "bands", "verify", "max_context", "head",
-    "modes", "lifetime_steps", "debug_wait_spins", "stage_clock", "quantization",
+    "modes", "lifetime_steps", "debug_wait_spins", "stage_clock", "quantization", "tensor_parallel",
 }
 
 
@@ -167,7 +182,31 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
         stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
         draft_probs=_draft_probs(src, doc, head),
+        tensor_parallel=_tensor_parallel(src, doc, target, modes, head),
     )
+
+
+def _tensor_parallel(src: str, doc: dict, target: Target, modes: tuple[str, ...], head: str) -> int:
+    """``tensor_parallel``: the ranks the model is split over. What the programs serve split so
+    far: sm_90, staged programs (the all-reduce between launches), a greedy head."""
+    n = _int(src, "tensor_parallel", doc.get("tensor_parallel", 1))
+    if n not in PARALLEL_SIZES:
+        raise InputError(src, "tensor_parallel", f"expected one of {', '.join(map(str, PARALLEL_SIZES))}, got {n}")
+    if n == 1:
+        return n
+    if not target.is_nvidia:
+        raise InputError(src, "tensor_parallel", f"{n} ranks on {target.name}: the cross-rank programs are built "
+                                                 "for sm_90 so far")
+    if "persistent" in modes:
+        raise InputError(src, "modes", f"tensor_parallel {n} is served by staged programs so far (the all-reduce "
+                                       "inside a persistent layer program is not built): modes: [staged]")
+    if head != "ids":
+        raise InputError(src, "head", f"tensor_parallel {n} is served with a greedy head so far (head: ids); the "
+                                      f"split vocabulary's {head} head is not built")
+    if doc.get("debug_wait_spins"):
+        raise InputError(src, "debug_wait_spins", f"tensor_parallel {n}: the cross-rank waits do not give up yet, so "
+                                                  "a debug build would not keep its promise")
+    return n
 
 
 def _draft_probs(src: str, doc: dict, head: str) -> bool:
@@ -221,6 +260,13 @@ def load_recipe(path: str | Path) -> Recipe:
 
 
 def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
+    if d.tensor_parallel > 1:
+        reason = d.tp.refusal(g, d.quant)
+        if reason is not None:
+            raise Refusal(src, f"tensor_parallel {d.tensor_parallel}: {reason}")
+        if g.experts is not None:
+            raise Refusal(src, f"tensor_parallel {d.tensor_parallel}: the routed layers' all-reduce is not built "
+                               "(dense models are served split)")
     if d.max_context > g.max_positions:
         raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
     if g.group * max(b.tokens for b in d.bands) > MAX_QUERY_ROWS:

@@ -67,7 +67,7 @@ class Tiling:
 
     def entry(self, kind: str, band: Band) -> ScheduleEntry:
         """The table's entry for the band's program of ``kind``."""
-        return self.schedule.entry(kind, self.recipe.geometry.hidden, band.rows, band.tokens,
+        return self.schedule.entry(kind, self.recipe.rank_geometry.hidden, band.rows, band.tokens,
                                    weights=self.recipe.deployment.dtypes.projection)
 
     def k_splits(self, band: Band, kind: str = "layer") -> KSplits:
@@ -75,7 +75,7 @@ class Tiling:
         routed), one per op for every mode and executor of the band (the staged programs read the
         persistent program's partials), in whole K chunks of whichever executor has the larger
         ones. down's is the band's, whatever the kind (``down_split``)."""
-        g = self.recipe.geometry
+        g = self.recipe.rank_geometry
         entry = self.entry(kind, band)
         grid, bn, bk = self.gemv_tiling(entry, kind)
         tiles = -(-g.hidden // bn)
@@ -94,7 +94,7 @@ class Tiling:
         which the next layer, the embedding and the head of the band agree on. A routed model's is
         its routed down's (whose K is the chosen experts' columns, one row's top_k at the least),
         halved until it also splits a dense layer's down into whole chunks where the model has one."""
-        g = self.recipe.geometry
+        g = self.recipe.rank_geometry
         dense = len(g.moe_layers) < g.layers
         if g.experts is None:
             grid, bn, bk = self.gemv_tiling(self.entry("layer", band))
@@ -135,9 +135,9 @@ class Tiling:
             return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
         if d.quant is not None and kind == "moe":
             return False  # the streaming loader's expert units carry no scales; the Triton executor's do
-        if self.recipe.geometry.kv_heads * self.recipe.geometry.head_dim % rows:
+        if self.recipe.rank_geometry.kv_heads * self.recipe.rank_geometry.head_dim % rows:
             return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
-        head_dim = self.recipe.geometry.head_dim
+        head_dim = self.recipe.rank_geometry.head_dim
         if not is_pow2(head_dim) or head_dim > executor.HEAD_DIM:
             return False  # the Triton executor's attention pads any head; the streaming one is written for these
         return (mode == "persistent" and {dtypes.weights, dtypes.activations, dtypes.kv} == {executor.DTYPE}
@@ -148,7 +148,7 @@ class Tiling:
         (the layers' projections, not the head's), one scale block (a chunk's product is scaled
         by one scale a row)."""
         quant = self.recipe.deployment.quant if quantized else None
-        return min(entry.block_k, next_pow2(self.recipe.geometry.hidden), quant.block_cols if quant else 1 << 30)
+        return min(entry.block_k, next_pow2(self.recipe.rank_geometry.hidden), quant.block_cols if quant else 1 << 30)
 
     def stream_block_k(self, entry: ScheduleEntry) -> int:
         """The streaming executor's K chunk, a ring unit's columns: the table's, at most the
@@ -157,7 +157,7 @@ class Tiling:
         widened where it would hold less than one KV tile (attention's tiles share the ring):
         an entry written for bf16 units (Qwen3-8B's block_k 256, 32 KB) streams E4M3 units of the
         same bytes (512 columns)."""
-        g, d = self.recipe.geometry, self.recipe.deployment
+        g, d = self.recipe.rank_geometry, self.recipe.deployment
         widest = next_pow2(g.hidden)
         bk = min(entry.block_k, widest)
         quant = d.quant
@@ -178,6 +178,6 @@ class Tiling:
     def kv_splits(self, band: Band, grid: int, entry: ScheduleEntry) -> int:
         """Attention's KV splits: a CTA's worth of the grid per (row, KV head), at most the table's
         max_splits and the pages of the longest context."""
-        d, g = self.recipe.deployment, self.recipe.geometry
+        d, g = self.recipe.deployment, self.recipe.rank_geometry
         pages = -(-d.max_context // d.kv_cache.block_size)
         return max(1, min(entry.max_splits, grid // (band.rows * g.kv_heads), pages))

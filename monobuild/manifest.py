@@ -15,9 +15,9 @@ import typing
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path, PurePosixPath
 
-from .schema import Arg, Band, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
+from .schema import Arg, Band, CrossRankSite, Geometry, Launch, PackageDeployment, Region, Stage, Step, SyncEdge, TensorMap
 
-MANIFEST_FORMAT = 8  # 8: whether a verify band takes its drafts' distributions (``deployment.draft_probs``)
+MANIFEST_FORMAT = 9  # 9: the ranks of tensor parallelism (``deployment.tensor_parallel``) and cross-rank sites
 
 
 class PackageError(Exception):
@@ -64,6 +64,7 @@ class ProgramSpec:
     executor: str  # triton | gluon: which executor's driver wrote the program
     tensor_maps: tuple[TensorMap, ...]  # how the runtime encodes each TMA descriptor argument
     scalars: tuple[tuple[str, int], ...]  # the value of each band argument (role ``band``), which the runtime passes
+    cross_rank: tuple[CrossRankSite, ...] = ()  # tensor parallelism: its signals and waits across ranks
 
     def tensor_map(self, arg: str) -> TensorMap:
         for t in self.tensor_maps:
@@ -108,6 +109,7 @@ def _program(d: dict) -> ProgramSpec:
         fingerprint=d["fingerprint"], cache_key=d["cache_key"], executor=d["executor"],
         tensor_maps=tuple(TensorMap(t["arg"], tuple(t["box"]), t["swizzle"], t["elem_bytes"]) for t in d["tensor_maps"]),
         scalars=tuple(sorted(d["scalars"].items())),
+        cross_rank=tuple(CrossRankSite(**c) for c in d["cross_rank"]),
     )
 
 

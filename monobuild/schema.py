@@ -27,6 +27,9 @@ ROLES = (
     "band",  # a staged program's band constant (rows, KV splits, grid), given per program in the manifest
     "sync",  # the launch's block of sync-edge counters
     "debug",  # a debug build's hang log, a profiling build's stage clock
+    "peer",  # another rank's buffer under tensor parallelism: its partials, tile parts or cross-rank counters
+    "rank",  # a value of the rank's own under tensor parallelism: its index, its vocabulary rows' start and end
+    "tp_sync",  # the rank's cross-rank counters (tensor parallelism), which every rank's producers signal
 )
 
 
@@ -126,6 +129,18 @@ class SyncEdge:
     consumer: str
     regions: tuple[str, ...]  # regions the edge orders (written by producer, read by consumer)
     signals_per_epoch: int  # every CTA of the grid signals once per step
+
+
+@dataclass(frozen=True)
+class CrossRankSite:
+    """Where a program meets the other ranks (tensor parallelism): after op ``op`` it signals
+    (``kind`` signal) every rank's counter of ``site``, or before it waits (``kind`` wait) for
+    every rank's signal of ``site``; ``ranks`` ranks meet there."""
+
+    op: str
+    kind: str  # signal | wait
+    site: int
+    ranks: int
 
 
 @dataclass(frozen=True)
@@ -319,6 +334,7 @@ class PackageDeployment:
     stage_clock: bool
     quant: WeightQuant | None = None  # the projections' quantization (None: stored in ``dtypes.weights``)
     draft_probs: bool = False  # a verify band's step takes the proposer's distributions (``Sampling.draft_probs``)
+    tensor_parallel: int = 1  # the ranks the model is split over (``monobuild.parallel``); a package serves each
 
     def to_json(self) -> dict:
         out = asdict(self)

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 
 from ..footprint import HANG_RECORD, ROUTED, StepLayout, step_layout
+from ..parallel import SITES as PEER_SITES
+from ..parallel import SIZES
 from ..schema import LAYER_KINDS, Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
@@ -62,6 +64,19 @@ def input_copies(m: int, rows: int, max_blocks: int, device, sampled: bool = Fal
                       torch.zeros(rows, **i32), sampling)
 
 
+@dataclass(frozen=True)
+class RankBinding:
+    """A rank's place under tensor parallelism, which its programs' ``rank`` and ``peer``
+    arguments bind: its index, its vocabulary rows (the first, and how many are real ids) and
+    every rank's step buffers, by rank (its own among them), whose partials and cross-rank
+    counters its programs read and signal."""
+
+    rank: int
+    vocab_start: int
+    vocab_valid: int
+    peers: Sequence[StepBuffers]
+
+
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
     """The buffers of one band's step (``schema.Step``): the regions, counters and logs of the
     programs it launches, as the manifest declares them (``footprint.step_layout``)."""
@@ -71,7 +86,7 @@ def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> St
 
 class StepBuffers:
     def __init__(self, geometry: Geometry, layout: StepLayout, m: int, max_context: int, device=None,
-                 poison: bool = False, rope: torch.Tensor | None = None):
+                 poison: bool = False, rope: torch.Tensor | None = None, ranks: int = 1):
         fill = float("nan") if poison else 0.0
         self.scratch = {n: _alloc(tuple(r.shape), r.dtype, device, poison) for n, r in layout.scratch.items()}
         # a verify band's greedy verdict (the head's accepted counts and emitted ids), as declared
@@ -90,12 +105,15 @@ class StepBuffers:
         self.stage_clock = torch.zeros(layout.launches, *layout.clock_shape, dtype=torch.int64, device=device)
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry.layers
+        # tensor parallelism: the counters every rank's producers signal, one per (site, source rank)
+        self.tp_counters = torch.zeros(PEER_SITES * max(SIZES) if ranks > 1 else 0, dtype=torch.int64, device=device)
+        self.rank_binding: RankBinding | None = None  # set once every rank's buffers exist
 
     @property
     def nbytes(self) -> int:
         """Bytes of the buffers this step holds of its own (the RoPE table, which bands share, aside)."""
         tensors = [*self.scratch.values(), *self.act, self.logits, self.next_ids, self.counters, self.hang_log,
-                   self.stage_clock, *self.verdict.values(), self.routed]
+                   self.stage_clock, *self.verdict.values(), self.routed, self.tp_counters]
         return sum(t.numel() * t.element_size() for t in tensors)
 
     def args(self, abi: Sequence[Arg], launch: int, layer: int | None, kind: str, weights: PackedWeights,
@@ -132,9 +150,24 @@ class StepBuffers:
             found = self.counters[launch]
         elif role == "debug":
             found = {"hang_log": self.hang_log, "stage_clock": self.stage_clock[launch]}.get(name)
+        elif role == "tp_sync" and name == "tp_counters":
+            found = self.tp_counters
+        elif role in ("rank", "peer") and self.rank_binding is not None:
+            found = self._rank_arg(name, role)
         if found is None:
             raise KeyError(f"no buffer for argument {name!r} (role {role})")
         return found
+
+    def _rank_arg(self, name: str, role: str):
+        """A ``rank`` value of this rank's, or a ``peer`` buffer (``<buffer>_peer<s>``) of rank s's."""
+        binding = self.rank_binding
+        if role == "rank":
+            return getattr(binding, name, None)
+        buffer, _, s = name.rpartition("_peer")
+        if not s.isdigit() or int(s) >= len(binding.peers):
+            return None
+        peer = binding.peers[int(s)]
+        return peer.tp_counters if buffer == "tp_counters" else peer.scratch.get(buffer)
 
     def _io(self, name: str, layer: int | None, kind: str) -> torch.Tensor | None:
         if name == "logits":

@@ -116,6 +116,11 @@ class Package:
         from .step import DecodeStep
 
         mode = mode or self.modes[0]
+        ranks = self.manifest.deployment.tensor_parallel
+        if ranks > 1:
+            raise PackageError(f"{self.path}: a package of {ranks} tensor-parallel ranks; binding a rank with its "
+                               "peers' buffers is not built yet (the programs run on the CPU interpreter's ranks, "
+                               "compiler/interpret.InterpretedRanks)")
         if mode not in self.modes:
             raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
         packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights)

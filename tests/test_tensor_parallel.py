@@ -1,20 +1,34 @@
-"""Tensor parallelism's sharding rules (``monobuild.parallel``), a rank's shard of a whole
-checkpoint (``runtime.shards``) and the N-rank reference step (``bench.reference``): the ranks'
-step, each on its shard and its share of the KV cache, is the whole model's step."""
+"""Tensor parallelism: the sharding rules (``monobuild.parallel``), a rank's shard of a whole
+checkpoint (``runtime.shards``) and the N-rank reference step (``bench.reference``), which is the
+whole model's step; the recipe's ``tensor_parallel`` and what is refused; the plan (the
+all-reduce ops and their cross-rank sites); the compiled package's contracts (X1–X4, with planted
+defects); and the ranks' staged step under the interpreter against the float64 reference."""
 
 import dataclasses
+import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import torch
+from click.testing import CliRunner
 
 from monobuild.bench.checkpoints import experts_apart, random_hf_state_dict
 from monobuild.bench.reference import reference_step, tensor_parallel_reference_step
+from monobuild.cli.main import main
+from monobuild.compiler.contracts.check import check_package
 from monobuild.compiler.geometry import load_config
+from monobuild.compiler.plan import plan_recipe
+from monobuild.compiler.recipe import load_recipe
 from monobuild.parallel import TensorParallel
 from monobuild.runtime import WeightError
 from monobuild.runtime.shards import shard_state_dict
 from monobuild.runtime.weights import pack_hf_state_dict
+
+from .conftest import rebuild_code
 
 DATA = Path(__file__).parent / "data"
 BLOCK, BLOCKS = 16, 12
@@ -143,3 +157,205 @@ def test_the_ranks_step_is_the_whole_models(name, n, tokens_per_row):
             for layer in range(g.layers):  # bf16 of the same float64 values up to the summation order
                 assert torch.allclose(ranked[rank][layer].float(), kind[layer][..., h, :].float(), rtol=2**-7,
                                       atol=1e-6)
+
+
+# -- the recipe and the plan ----------------------------------------------------------------------
+
+def _tp_recipe(tiny_recipe, **overrides):
+    return tiny_recipe(**{"modes": ["staged"], "tensor_parallel": 2, "verify": {"rows": 1, "tokens": 3},
+                          **overrides})
+
+
+@pytest.mark.parametrize("overrides,message", [
+    ({"tensor_parallel": 3}, "tensor_parallel: expected one of 1, 2, 4, 8, got 3"),
+    ({"modes": ["persistent", "staged"]}, "modes: tensor_parallel 2 is served by staged programs so far"),
+    ({"head": "sample"}, "head: tensor_parallel 2 is served with a greedy head so far"),
+    ({"target": "gfx942"}, "tensor_parallel: 2 ranks on gfx942: the cross-rank programs are built for sm_90"),
+    ({"debug_wait_spins": 100}, "debug_wait_spins: tensor_parallel 2: the cross-rank waits do not give up"),
+    ({"tensor_parallel": 8, "verify": None}, "tensor_parallel 8: 4 query heads do not split over 8 ranks"),
+])
+def test_a_split_the_programs_do_not_serve_is_refused_in_one_line(tiny_recipe, overrides, message):
+    recipe = _tp_recipe(tiny_recipe, **overrides)
+    if overrides.get("tensor_parallel") == 8:  # tiny-llama with 4 query heads (and 2 KV heads)
+        config = json.loads(Path(recipe.parent / "tiny-llama.json").read_text())
+        (recipe.parent / "tiny-llama.json").write_text(json.dumps({**config, "num_attention_heads": 4}))
+    result = CliRunner().invoke(main, ["plan", str(recipe)])
+    assert result.exit_code == 2 and message in result.output and len(result.output.strip().splitlines()) == 1, \
+        result.output
+    assert "Traceback" not in result.output
+
+
+def test_compile_refuses_a_split_package_for_amd_or_a_debug_build(tiny_recipe, tmp_path):
+    recipe = _tp_recipe(tiny_recipe)
+    for options, message in ((["--target", "gfx950", "--sm-count", "4"], "2 ranks on gfx950"),
+                             (["--debug-wait-spins", "100"], "--debug-wait-spins: the cross-rank waits")):
+        result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), *options])
+        assert result.exit_code == 2 and message in result.output, result.output
+        assert not (tmp_path / "out").exists()
+
+
+def test_the_plan_of_a_rank_reduces_o_and_down_across_ranks(tiny_recipe):
+    plan = plan_recipe(load_recipe(_tp_recipe(tiny_recipe)))
+    step = plan.step(plan.steps[0].band, "staged")
+    layer = [x.program.rsplit(".", 1)[1] for x in step.launches if x.layer == 0]
+    assert layer == ["norm_qkv", "qkv", "attn", "combine", "o", "reduce_o", "norm_up", "up", "down", "reduce_down"]
+    head = [x.program for x in step.launches if x.layer is None]
+    assert head == ["embed.r1t1", "embed.r1t1.reduce", "head.r1t1.norm", "head.r1t1.logits", "head.r1t1.argmax"]
+    sites = {p.name: [(c.op, c.kind, c.site, c.ranks) for c in p.cross_rank] for p in plan.programs
+             if p.band.name == "r1t1" and p.cross_rank}
+    assert sites == {"embed.r1t1": [("embed", "signal", 0, 2)], "embed.r1t1.reduce": [("reduce_embed", "wait", 0, 2)],
+                     "layer.r1t1.o": [("o", "signal", 1, 2)], "layer.r1t1.reduce_o": [("reduce_o", "wait", 1, 2)],
+                     "layer.r1t1.down": [("down", "signal", 2, 2)],
+                     "layer.r1t1.reduce_down": [("reduce_down", "wait", 2, 2)],
+                     "head.r1t1.logits": [("logits", "signal", 3, 2)], "head.r1t1.argmax": [("argmax", "wait", 3, 2)]}
+    reduce_o = plan.program("layer.r1t1.reduce_o")
+    assert [a.name for a in reduce_o.args if a.role == "peer"] == ["x1_part_peer0", "x1_part_peer1"]
+    o = plan.program("layer.r1t1.o")
+    assert o.ops[0].binding("residual_ptr") is None  # the all-reduce adds the residual, once
+    regions = {r.name: r.shape for r in plan.program("layer.r1t1.qkv").regions}
+    assert regions["x_in"] == (1, 1, 256) and regions["qkv"][2] == (4 + 2 * 1) * 32  # a rank's heads: 4 q, 1 kv
+
+
+def test_plan_and_inspect_say_what_a_rank_holds(tiny_recipe, tmp_path):
+    recipe = _tp_recipe(tiny_recipe)
+    plan = CliRunner().invoke(main, ["plan", str(recipe)])
+    assert "tensor parallel over 2 ranks, each: heads 4/1, intermediate 256, vocab rows 256 of 512" in plan.output
+    assert "program layer.r1t1.reduce_o" in plan.output  # a staged-only recipe's programs, all shown
+    CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--quiet"])
+    shown = CliRunner().invoke(main, ["inspect", str(tmp_path / "out" / "tiny" / "sm_90")])
+    assert "serves: each of 2 tensor-parallel ranks: head ids" in shown.output, shown.output
+
+
+# -- contracts ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def split_package(tmp_path_factory):
+    """A tiny Llama split over 2 ranks (staged, bands 1 and 2, a 1 × 3 verify band), for sm_90."""
+    root = tmp_path_factory.mktemp("split")
+    shutil.copy(DATA / "tiny-llama.json", root / "tiny-llama.json")
+    recipe = root / "tiny.yaml"
+    recipe.write_text("config: tiny-llama.json\ntarget: sm_90\nsm_count: 4\ndtype: bf16\n"
+                      "kv_cache: {dtype: bf16, block_size: 16}\nbands: [1, 2]\nverify: {rows: 1, tokens: 3}\n"
+                      "max_context: 256\nhead: ids\nmodes: [staged]\ntensor_parallel: 2\n")
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(root / "out"), "--cache",
+                                       str(root / "cache"), "--jobs", "2", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return root / "out" / "tiny" / "sm_90"
+
+
+def test_the_split_package_keeps_every_contract(split_package):
+    report = check_package(split_package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+    manifest = json.loads((split_package / "manifest.json").read_text())
+    assert manifest["deployment"]["tensor_parallel"] == 2
+
+
+def _replace_in(program: str, old: str, new: str, count: int = -1):
+    def plant(pkg):
+        path = pkg / "ir" / f"{program}.ptx"
+        text = path.read_text()
+        assert old in text, (program, old)
+        path.write_text(text.replace(old, new, count))
+    return plant
+
+
+def _drop_line(program: str, pick):
+    """Delete the PTX line of ``program`` that ``pick(lines)`` names (0-based)."""
+    def plant(pkg):
+        path = pkg / "ir" / f"{program}.ptx"
+        lines = path.read_text().split("\n")
+        del lines[pick(lines)]
+        path.write_text("\n".join(lines))
+    return plant
+
+
+def _first(text: str):
+    return lambda lines: next(k for k, line in enumerate(lines) if text in line)
+
+
+def _no_barrier_before_signal(program: str):
+    """Delete the CTA barriers between ``program``'s last global store and its first signal."""
+    def plant(pkg):
+        path = pkg / "ir" / f"{program}.ptx"
+        lines = path.read_text().split("\n")
+        signal = next(k for k, line in enumerate(lines) if "atom.global.sys.release.add" in line)
+        store = max(k for k in range(signal) if "st.global" in lines[k])
+        path.write_text("\n".join(line for k, line in enumerate(lines) if not (store < k < signal and "bar.sync" in line)))
+    return plant
+
+
+SPLIT_DEFECTS = [
+    ("layer.r1t1.o", _replace_in("layer.r1t1.o", "atom.global.sys.release.add", "atom.global.gpu.release.add", 1),
+     "X1", "a signal at gpu scope: another GPU's acquire does not see it"),
+    ("layer.r1t1.o", _replace_in("layer.r1t1.o", "atom.global.sys.release.add", "atom.global.sys.relaxed.add", 1),
+     "X1", "a relaxed signal"),
+    ("layer.r1t1.o", _no_barrier_before_signal("layer.r1t1.o"), "X1", "no CTA barrier before the signals"),
+    ("layer.r1t1.down", _drop_line("layer.r1t1.down", _first("atom.global.sys.release.add")), "X4",
+     "a rank left unsignalled"),
+    ("layer.r1t1.reduce_o", _replace_in("layer.r1t1.reduce_o", "ld.global.sys.acquire", "ld.global.sys.relaxed"),
+     "X2", "relaxed polls"),
+    ("layer.r1t1.reduce_down", _replace_in("layer.r1t1.reduce_down", "ld.global.sys.acquire", "ld.global.gpu.acquire"),
+     "X2", "polls at gpu scope"),
+    ("layer.r1t1.reduce_o", _replace_in("layer.r1t1.reduce_o", "ld.volatile.global", "ld.global"), "X3",
+     "a peer's partial read through the L1"),
+    ("head.r1t1.argmax", _replace_in("head.r1t1.argmax", "ld.volatile.global", "ld.global.nc"), "X3",
+     "a peer's tile maxima read through the non-coherent path"),
+]
+
+
+@pytest.mark.parametrize("program,plant,contract,why", SPLIT_DEFECTS, ids=[d[3] for d in SPLIT_DEFECTS])
+def test_each_planted_cross_rank_defect_is_caught(split_package, tmp_path, program, plant, contract, why):
+    pkg = tmp_path / "pkg"
+    shutil.copytree(split_package, pkg)
+    plant(pkg)
+    rebuild_code(pkg, program)
+    report = check_package(pkg)
+    caught = [v for v in report.violations if v.contract == contract and v.program == program]
+    assert caught, "\n".join(v.line() for v in report.violations) or "no violation reported"
+    assert all(v.program == program for v in report.violations), "the defect leaked into other programs' reports"
+
+
+# -- the ranks' step under the interpreter --------------------------------------------------------
+
+SPLIT_CASES = [
+    ("tiny-llama.json", "fp32", 2, 1, [60, 17], 2, {}),
+    # KV heads on two ranks each (4 ranks, 2 KV heads), q/k norms, a verify band
+    ("tiny-qwen3.json", "bf16", 1, 3, [70], 4, {}),
+    # q/k/v biases, a padding row, a vocabulary the ranks' rows pad (500 of 512)
+    ("tiny-qwen2-gqa3.json", "fp32", 4, 1, [40, 0, 130, 9], 2, {"vocab_size": 500}),
+    # 8 ranks of 64 vocabulary rows, the last holding 52 real ids
+    ("tiny-llama.json", "fp32", 2, 1, [60, 3], 8, {"vocab_size": 500}),
+]
+
+
+@pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,ranks,changes", SPLIT_CASES,
+                         ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}-tp{c[5]}" for c in SPLIT_CASES])
+def test_the_ranks_interpreted_step_matches_the_reference(config, dtype, rows, tokens, context_lens, ranks, changes,
+                                                          tmp_path):
+    """Every rank's staged programs on its shard, launch by launch across the ranks: the logits
+    (the ranks' vocabulary rows side by side) within the dtype's bound of the whole model's
+    float64 step, the same ids, verdict and hidden state bits on every rank, the padding rows of
+    the vocabulary left out of the argmax even where they would win it, each rank's KV heads
+    appended, and the cross-rank counters one count per CTA of each site's producer a step."""
+    case = {"config": config, "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
+            "ranks": ranks, "config_changes": changes, "seed": int.from_bytes(os.urandom(4), "little")}
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "parallel_worker.py"), json.dumps(case),
+                           str(tmp_path)], env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["unwritten_logits"] == 0, f"{case}: logits left poisoned"
+    assert result["rel_err"] <= {"fp32": 1e-4, "bf16": 1e-2}[dtype], f"{case}: {result}"
+    assert result["ids_same"] and result["hidden_same"] and result["padding_masked"], f"{case}: {result}"
+    assert result["ids_match"] or dtype == "bf16", f"{case}: {result}"
+    assert result["kv_rel_err"] <= {"fp32": 1e-6, "bf16": 2**-7}[dtype], f"{case}: {result}"
+    if tokens > 1:
+        assert result["verdicts_same"] and result["verdict_ok"], f"{case}: {result}"
+    grids = result["grids"]
+    band = f"r{rows}t{tokens}"
+    per_step = [grids[f"embed.{band}"], 2 * grids[f"layer.{band}.o"], 2 * grids[f"layer.{band}.down"],
+                grids[f"head.{band}.logits"]]  # tiny models have 2 layers
+    for step, counters in enumerate((result["counters_first"], result["counters_second"]), start=1):
+        for rank_counters in counters:
+            slots = [rank_counters[site * 8:(site + 1) * 8] for site in range(4)]
+            assert slots == [[step * n] * ranks + [0] * (8 - ranks) for n in per_step], (step, slots)

@@ -71,6 +71,7 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     if len(wait_loops) != syncs:
         out.append(Violation(p.name, "ptx", "I4", f"{len(wait_loops)} wait loops in the code, {syncs} sync edges "
                                                   "in the plan"))
+    out += _check_cross_rank(p, ptx)
     out += _check_loads(p, ptx)
     out += _check_kv_stores(p, ptx)
     out += _check_grid_dependency(p, ptx)
@@ -224,6 +225,86 @@ def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     for key in list(armed):
         settle(key)
     return out
+
+
+def _check_cross_rank(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
+    """X1–X4, tensor parallelism's contracts, over the accesses whose address derives from the
+    cross-rank arguments: every rank's counters (``tp_counters_peer<s>``), this rank's own
+    (``tp_counters``) and the peers' partials and tile parts (the other ``peer`` arguments).
+
+    X1: each access to a rank's counters is a signal: an add, a release at system scope (another
+    GPU acquires it), after a CTA barrier with no global store of this CTA's between (the signals
+    to the ranks follow one another). X2: each access to this rank's counters is a read, an
+    acquire at system scope (the wait's target and its polls alike). X3: a peer's buffer is only
+    read, past the L1 and the non-coherent path (volatile or system-scoped), never written. X4:
+    the code holds the signals and wait loops the plan's cross-rank sites declare, a signal and
+    a wait loop for each rank of each site, and no signal in a loop."""
+    index = param_index(p)
+    own = index.get("tp_counters")
+    counters = {index[a.name] for a in p.args if a.role == "peer" and a.name.startswith("tp_counters_peer")}
+    buffers = {index[a.name] for a in p.args if a.role == "peer"} - counters
+    out: list[Violation] = []
+    signals, loops = 0, set()
+    for ins in ptx.instrs:
+        if not _is_global_memory(ins):
+            continue
+        params = ptx.address_params(ins)
+        system = any(ins.has(s) for s in ("sys",))
+        if params & counters:
+            if not _is_signal(ins):
+                out.append(Violation(p.name, _site(ins), "X1", f"`{ins.opcode}` on a rank's cross-rank counters, "
+                                                               "which only the ranks' signals may touch"))
+                continue
+            signals += 1
+            if not (ins.has("release") or ins.has("acq_rel")) or not system:
+                out.append(Violation(p.name, _site(ins), "X1",
+                                     f"the cross-rank signal is `{ins.opcode}`: not a release at system scope, so "
+                                     "another GPU that sees the count may not see this rank's partial"))
+            if ptx.in_loop(ins.index) is not None:
+                out.append(Violation(p.name, _site(ins), "X4", IN_A_LOOP))
+            out += _barrier_before(p, ptx, ins, counters, "X1")
+        elif own is not None and own in params:
+            if _is_signal(ins) or ins.base not in ("ld", "atom"):
+                out.append(Violation(p.name, _site(ins), "X2", f"`{ins.opcode}` on this rank's cross-rank counters, "
+                                                               "which it only reads (the ranks' signals write them)"))
+                continue
+            if not (ins.has("acquire") or ins.has("acq_rel")) or not system:
+                out.append(Violation(p.name, _site(ins), "X2",
+                                     f"the cross-rank wait reads its counter with `{ins.opcode}`: not an acquire at "
+                                     "system scope, so the peers' partials read after it may be older than their "
+                                     "signals"))
+            loop = ptx.in_loop(ins.index)
+            if loop is not None:
+                loops.add(loop)
+        elif params & buffers:
+            if ins.base != "ld":
+                out.append(Violation(p.name, _site(ins), "X3", f"`{ins.opcode}` through another rank's buffer: a rank "
+                                                               "writes only its own"))
+            elif not (ins.has("volatile") or system):
+                out.append(Violation(p.name, _site(ins), "X3",
+                                     f"another rank's buffer is read with `{ins.opcode}`: not volatile or at system "
+                                     "scope, so a cached copy may be older than that rank's signal"))
+    planned = {kind: sum(c.ranks for c in p.cross_rank if c.kind == kind) for kind in ("signal", "wait")}
+    if signals != planned["signal"]:
+        out.append(Violation(p.name, "ptx", "X4", f"{signals} cross-rank signals in the code, {planned['signal']} "
+                                                  "in the plan's cross-rank sites"))
+    if len(loops) != planned["wait"]:
+        out.append(Violation(p.name, "ptx", "X4", f"{len(loops)} cross-rank wait loops in the code, "
+                                                  f"{planned['wait']} in the plan's cross-rank sites"))
+    return out
+
+
+def _barrier_before(p: ProgramSpec, ptx: Ptx, ins: Instr, counters: set[int], contract: str) -> list[Violation]:
+    """A CTA barrier before the signal ``ins``, with no global store of the CTA between (the
+    signals to other ranks' counters, ``counters``, may)."""
+    for prev in reversed(ptx.instrs[: ins.index]):
+        if prev.base in ("bar", "barrier") and (prev.has("sync") or prev.opcode == "barrier"):
+            return []
+        if _is_global_memory(prev) and prev.base in ("st", "atom", "red") and not ptx.address_params(prev) & counters:
+            return [Violation(p.name, _site(ins), contract,
+                              f"no CTA barrier between the store at ptx line {prev.line} and the signal: one "
+                              "thread's release does not cover the other threads' stores")]
+    return [Violation(p.name, _site(ins), contract, "no CTA barrier before the signal")]
 
 
 def _check_signal(p: ProgramSpec, ptx: Ptx, ins: Instr) -> list[Violation]:

@@ -34,7 +34,7 @@ def _recipe(manifest: Manifest, src: str) -> Recipe:
     d = manifest.deployment
     deployment = Deployment(TARGETS[manifest.target], manifest.sm_count, d.dtypes.weights, d.kv_cache, d.bands,
                             d.max_context, d.head, d.modes, d.lifetime_steps, d.debug_wait_spins, d.stage_clock,
-                            d.quant, d.draft_probs)
+                            d.quant, d.draft_probs, d.tensor_parallel)
     return Recipe(manifest.recipe, src, src, manifest.geometry, deployment)
 
 

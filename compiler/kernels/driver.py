@@ -24,6 +24,7 @@ import linecache
 from dataclasses import dataclass
 
 from ...schema import Arg
+from ..ops.parallel import SLOTS as PEER_SLOTS
 
 PRELUDE = """import triton
 import triton.language as tl
@@ -31,10 +32,11 @@ import triton.language as tl
 from monobuild.compiler.kernels.attention import attention_op, attention_prefetch
 from monobuild.compiler.kernels.combine import combine_op
 from monobuild.compiler.kernels.gemv import gemv_op, gemv_prefetch
-from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, sample_op
+from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, ranks_argmax_op, sample_op
 from monobuild.compiler.kernels.moe import experts_down_op, experts_up_op
 from monobuild.compiler.kernels.norm import norm_op
-from monobuild.compiler.kernels.sync import clock_end, clock_start, signal, step_epoch, wait
+from monobuild.compiler.kernels.reduce import reduce_op
+from monobuild.compiler.kernels.sync import clock_end, clock_start, peer_signal, peer_wait, signal, step_epoch, wait
 """
 
 
@@ -54,6 +56,10 @@ class OpCall:
     pdl_release: bool  # griddepcontrol.launch_dependents before it
     # a streaming program's op whose weights the loader streams: (the loader's function, its parameters)
     streamed: tuple[str, tuple[tuple[str, object], ...]] | None = None
+    # tensor parallelism: the cross-rank site it waits on before its body / signals after it
+    # (``ops/parallel.py``), as (site, ranks)
+    peer_wait: tuple[int, int] | None = None
+    peer_signal: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -113,6 +119,9 @@ def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
             lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
         if op.pdl_wait:
             lines.append(f"    {spelling.wait_previous}")
+        if op.peer_wait is not None:
+            site, ranks = op.peer_wait
+            lines.append(f"    peer_wait(tp_counters, rank, {site}, {ranks}, {PEER_SLOTS})")
         if op.wait_edge is not None:
             hang = "hang_log" if spec.hang_slots else "None"
             lines.append(f"    wait(counters + {op.wait_edge}, target, {hang}, {spec.wait_spins}, {spec.hang_slots})")
@@ -126,6 +135,10 @@ def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
                 lines.append("    " + spelling.epoch.format(grid=spec.grid))
                 epoch_read = True
             lines.append(f"    signal(counters + {op.signal_edge})")
+        if op.peer_signal is not None:
+            site, ranks = op.peer_signal
+            peers = ", ".join(f"tp_counters_peer{s}" if s < ranks else "None" for s in range(PEER_SLOTS))
+            lines.append(f"    peer_signal({peers}, rank, {site}, {ranks}, {PEER_SLOTS})")
     return lines
 
 

@@ -14,21 +14,28 @@ import triton.language as tl
 
 from .common import load_act
 from .gemv import gemv_op
+from .sync import peer
 
 
 @triton.jit
-def embed_op(pid, pre, tokens, embed, x_out, M, H: tl.constexpr, BH: tl.constexpr, X_PARTS: tl.constexpr, G):
+def embed_op(pid, pre, tokens, embed, x_out, vocab_start, M, H: tl.constexpr, BH: tl.constexpr,
+             X_PARTS: tl.constexpr, V_RANK: tl.constexpr, G):
     """x_out[m, :] = embed[tokens[m], :] in fp32; tasks are (row, chunk of BH columns).
 
     The layers read their input as X_PARTS split-K partials: the embedding is partial 0 and the
-    others are zeroed, since they hold the last step's values.
+    others are zeroed, since they hold the last step's values. Under tensor parallelism (V_RANK
+    > 0) ``embed`` is the rank's V_RANK rows from ``vocab_start``, and an id outside them reads zeros.
     """
     CHUNKS: tl.constexpr = (H + BH - 1) // BH
     for task in range(pid, M * CHUNKS, G):
         m = task // CHUNKS
         c = (task % CHUNKS) * BH + tl.arange(0, BH)
         token = tl.load(tokens + m).to(tl.int64)
-        row = tl.load(embed + token * H + c, mask=c < H, other=0.0)
+        held = c < H
+        if V_RANK > 0:
+            token = token - vocab_start
+            held = held & (token >= 0) & (token < V_RANK)
+        row = tl.load(embed + token * H + c, mask=held, other=0.0)
         tl.store(x_out + m * H + c, row.to(tl.float32), mask=c < H)
         for p in tl.static_range(1, X_PARTS):
             tl.store(x_out + p * M * H + m * H + c, tl.zeros([BH], tl.float32), mask=c < H)
@@ -73,14 +80,16 @@ def _first_draw(logits, cols, tile, temperature, seed, positions, tile_z, tile_z
 
 @triton.jit
 def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr, logits, tile_max, tile_arg,
-              positions, temperature, seed, tile_z, tile_zarg, tile_mass, V: tl.constexpr, K: tl.constexpr,
+              positions, temperature, seed, tile_z, tile_zarg, tile_mass, vocab_valid, V: tl.constexpr, K: tl.constexpr,
               K_P: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
               G: tl.constexpr, EPS: tl.constexpr, NORM: tl.constexpr, GREEDY: tl.constexpr, SAMPLED: tl.constexpr,
               M_P: tl.constexpr, TOKENS: tl.constexpr, DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr,
               NORM_ROWS: tl.constexpr):
     """fp32 logits of the CTA's vocabulary tiles; for a greedy head also each tile's max and
     first argmax per row, read back from this CTA's own logits stores, and for a sampling head
-    (SAMPLED) each tile's part of the rows' first draw (``_first_draw``)."""
+    (SAMPLED) each tile's part of the rows' first draw (``_first_draw``). Under tensor
+    parallelism ``vocab_valid`` is how many of the rank's V rows are real ids (the rest pad the
+    vocabulary): the tiles' parts leave the padding out; None: all V."""
     gemv_op(pid, pre, x_ptr, X_PARTS, norm_ptr, x_hat_ptr, w_ptr, None, None, None, None, None, False, 1, 1, logits,
             None, None, None, None, 1, N=V, K=K, K_P=K_P, M=M, ROWS_P=ROWS_P, BN=BN, BK=BK, SPLIT=1, G=G, EPS=EPS,
             NORM=NORM, HAS_BIAS=False, HAS_RESIDUAL=False, GATED=False, INTER=0, DOT_IEEE=DOT_IEEE, W_STAGES=W_STAGES,
@@ -88,14 +97,14 @@ def logits_op(pid, pre, x_ptr, X_PARTS: tl.constexpr, norm_ptr, x_hat_ptr, w_ptr
     if GREEDY:
         tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
         for tile in range(pid, (V + BN - 1) // BN, G):
-            tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass, V,
-                       M, ROWS_P, BN, SAMPLED, M_P, TOKENS)
+            tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
+                       vocab_valid, V, M, ROWS_P, BN, SAMPLED, M_P, TOKENS)
 
 
 @triton.jit
 def tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
-               V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, SAMPLED: tl.constexpr,
-               M_P: tl.constexpr, TOKENS: tl.constexpr):
+               vocab_valid, V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr,
+               SAMPLED: tl.constexpr, M_P: tl.constexpr, TOKENS: tl.constexpr):
     """What the argmax and sample ops take of one vocabulary tile of logits, per token row: its
     max and first argmax, and for a sampling head (SAMPLED) its part of the first draw."""
     TILES: tl.constexpr = (V + BN - 1) // BN
@@ -103,6 +112,8 @@ def tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, t
     cols = tile * BN + tl.arange(0, BN)
     mask = (r[:, None] < M) & (cols[None, :] < V)
     vals = tl.where(mask, load_act(logits + r[:, None] * V + cols[None, :], mask), float("-inf"))
+    if vocab_valid is not None:  # a rank's padding rows of the vocabulary (tensor parallelism)
+        vals = tl.where(cols[None, :] < vocab_valid, vals, float("-inf"))
     best, where = tl.max(vals, axis=1, return_indices=True, return_indices_tie_break_left=True)
     tl.store(tile_max + r * TILES + tile, best, mask=r < M)
     tl.store(tile_arg + r * TILES + tile, tile * BN + where, mask=r < M)
@@ -131,13 +142,51 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
         args = tl.load(tile_arg + at, mask=rows_of, other=V, cache_modifier=".cg")
         best = tl.max(vals, axis=1)
         ids = tl.min(tl.where(vals == best[:, None], args, V), axis=1)
-        tl.store(next_ids + m, ids, mask=j < TOKENS)
-        if TOKENS > 1:
-            drafts = tl.load(tokens + m + 1, mask=j < TOKENS - 1, other=-1)  # token j + 1: the draft after j
-            missed = tl.cumsum((drafts != ids).to(tl.int32), axis=0)  # 0 while every draft so far matched
-            n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
-            tl.store(accepted + row, n)
-            tl.store(emitted + m, tl.where(j <= n, ids, -1), mask=j < TOKENS)
+        _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS)
+
+
+@triton.jit
+def ranks_argmax_op(pid, pre, tile_max0, tile_max1, tile_max2, tile_max3, tile_max4, tile_max5, tile_max6, tile_max7,
+                    tile_arg0, tile_arg1, tile_arg2, tile_arg3, tile_arg4, tile_arg5, tile_arg6, tile_arg7, next_ids,
+                    tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
+                    TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, T_P: tl.constexpr,
+                    RANKS: tl.constexpr):
+    """``argmax_op`` over a vocabulary split over RANKS ranks of V rows each (tensor parallelism):
+    each rank's tile maxima (``tile_max<rank>``, ``tile_arg<rank>``: its logits op's, read past the
+    L1 where another GPU wrote them), its ids offset by rank · V; ties go to the lowest id, as
+    ``torch.argmax`` takes them, and every rank decides the same ids."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    t = tl.arange(0, TILES_P)
+    j = tl.arange(0, T_P)
+    rows_of = (j < TOKENS)[:, None] & (t < TILES)[None, :]
+    for row in range(pid, M // TOKENS, G):
+        m = row * TOKENS + j
+        at = m[:, None] * TILES + t[None, :]
+        best = tl.full([T_P], float("-inf"), tl.float32)
+        ids = tl.zeros([T_P], tl.int32)
+        for s in tl.static_range(RANKS):
+            vals = tl.load(peer(s, tile_max0, tile_max1, tile_max2, tile_max3, tile_max4, tile_max5, tile_max6,
+                                tile_max7) + at, mask=rows_of, other=float("-inf"), volatile=True)
+            args = tl.load(peer(s, tile_arg0, tile_arg1, tile_arg2, tile_arg3, tile_arg4, tile_arg5, tile_arg6,
+                                tile_arg7) + at, mask=rows_of, other=V, volatile=True)
+            rank_best = tl.max(vals, axis=1)
+            rank_ids = tl.min(tl.where(vals == rank_best[:, None], args, V), axis=1) + s * V
+            ids = tl.where(rank_best > best, rank_ids, ids)  # a later rank (higher ids) only where larger
+            best = tl.maximum(best, rank_best)
+        _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS)
+
+
+@triton.jit
+def _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS: tl.constexpr):
+    """Store a row's greedy ids (``m``: its token rows, ``j`` their index, past TOKENS padding) and,
+    in a verify band, the greedy verdict over them."""
+    tl.store(next_ids + m, ids, mask=j < TOKENS)
+    if TOKENS > 1:
+        drafts = tl.load(tokens + m + 1, mask=j < TOKENS - 1, other=-1)  # token j + 1: the draft after j
+        missed = tl.cumsum((drafts != ids).to(tl.int32), axis=0)  # 0 while every draft so far matched
+        n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
+        tl.store(accepted + row, n)
+        tl.store(emitted + m, tl.where(j <= n, ids, -1), mask=j < TOKENS)
 
 
 @triton.jit

@@ -84,3 +84,50 @@ def step_epoch(counter_ptr, G: tl.constexpr):
     """
     seen = tl.atomic_add(counter_ptr, 0, sem="relaxed", scope="gpu")
     return seen // G
+
+
+@triton.jit
+def peer(s: tl.constexpr, p0, p1, p2, p3, p4, p5, p6, p7):
+    """Rank ``s``'s copy of a buffer, of the eight a cross-rank op takes (those past the ranks are None)."""
+    ptr = p0
+    if s == 1:
+        ptr = p1
+    if s == 2:
+        ptr = p2
+    if s == 3:
+        ptr = p3
+    if s == 4:
+        ptr = p4
+    if s == 5:
+        ptr = p5
+    if s == 6:
+        ptr = p6
+    if s == 7:
+        ptr = p7
+    return ptr
+
+
+@triton.jit
+def peer_signal(tp_counters0, tp_counters1, tp_counters2, tp_counters3, tp_counters4, tp_counters5, tp_counters6,
+                tp_counters7, rank, SITE: tl.constexpr, RANKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Producer side of a cross-rank site (tensor parallelism): the CTA's stores, a CTA barrier,
+    then one release add at system scope into this rank's slot of the site in every rank's
+    counters, so a rank whose acquire reads the count sees this CTA's part of the partial."""
+    tl.debug_barrier()
+    for s in tl.static_range(RANKS):
+        counters = peer(s, tp_counters0, tp_counters1, tp_counters2, tp_counters3, tp_counters4, tp_counters5,
+                        tp_counters6, tp_counters7)
+        tl.atomic_add(counters + SITE * SLOTS + rank, 1, sem="release", scope="sys")
+
+
+@triton.jit
+def peer_wait(tp_counters, rank, SITE: tl.constexpr, RANKS: tl.constexpr, SLOTS: tl.constexpr):
+    """Consumer side: the count in this rank's own slot of the site is the target (this rank's
+    producer launch has finished, so it holds every signal of the site's instances so far, and
+    every rank signals each instance alike); then each rank's slot is polled with an acquire at
+    system scope until it reaches the target."""
+    target = tl.atomic_add(tp_counters + SITE * SLOTS + rank, 0, sem="acquire", scope="sys")
+    for s in tl.static_range(RANKS):
+        seen = tl.atomic_add(tp_counters + SITE * SLOTS + s, 0, sem="acquire", scope="sys")
+        while seen < target:
+            seen = tl.atomic_add(tp_counters + SITE * SLOTS + s, 0, sem="acquire", scope="sys")

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...schema import DTYPE_BYTES, Arg, DtypeRoles, Region, WeightQuant
+from . import parallel
 from .spec import Need, Op, WeightStream
 
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
@@ -59,10 +60,22 @@ class LayerShape:
     params: tuple[tuple[str, object], ...]  # the device functions' constants (EPS, BN, BK, …)
     quant: WeightQuant | None = None  # the projections' block scaling (their dtype: dtypes.projection)
     routed: RoutedShape | None = None  # a routed (mixture-of-experts) layer's MLP, ops/moe.py; None: dense
+    ranks: int = 1  # tensor parallelism: the ranks whose partials o's and down's all-reduces sum (ops/parallel.py)
 
     @property
     def m(self) -> int:
         return self.rows * self.tokens
+
+    @property
+    def x_parts(self) -> int:
+        """The partials the hidden state between layers is held in: down's K splits, or one
+        (the all-reduce's sum) under tensor parallelism."""
+        return 1 if self.ranks > 1 else self.down_split
+
+    @property
+    def x1_parts(self) -> int:
+        """Likewise for x1, the residual stream after attention: o's K splits, or one."""
+        return 1 if self.ranks > 1 else self.o_split
 
     @property
     def qkv_rows(self) -> int:
@@ -174,7 +187,7 @@ def attention_regions(s: LayerShape) -> list[Region]:
     (``x_hat_qkv``), the ABI ordering regions as they are declared."""
     m, h, d = s.m, s.hidden, s.head_dim
     return [
-        Region("x_in", "io", "fp32", (s.down_split, m, h), None, ()),
+        Region("x_in", "io", "fp32", (s.x_parts, m, h), None, ()),
         Region("qkv", "scratch", "fp32", (s.qkv_split, m, s.qkv_rows), "qkv", ()),
         Region("k_cache", "kv_cache", s.dtypes.kv, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
         Region("v_cache", "kv_cache", s.dtypes.kv, (s.rows, s.kv_heads, d), "attn", (), _KV_DISJOINT),
@@ -182,7 +195,7 @@ def attention_regions(s: LayerShape) -> list[Region]:
         Region("part_ml", "scratch", "fp32", (m, s.q_heads, s.splits, 2), "attn", ()),
         # attn_out, h and x̂ only feed a GEMV: stored in the activation dtype its product takes.
         Region("attn_out", "scratch", s.dtypes.activations, (m, s.q_heads * d), "combine", ()),
-        Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()),
+        *parallel.reduced(Region("x1", "scratch", "fp32", (s.o_split, m, h), "o", ()), s.ranks),
     ]
 
 
@@ -191,9 +204,10 @@ def x_hat_qkv(s: LayerShape) -> Region:
                  s.grid, s.norm_stages)
 
 
-def x_out(s: LayerShape, writer: str) -> Region:
-    """The layer's output, the next launch's x_in: one partial per K split of its last GEMV."""
-    return Region("x_out", "io", "fp32", (s.down_split, s.m, s.hidden), writer, ())
+def x_out(s: LayerShape, writer: str) -> tuple[Region, ...]:
+    """The layer's output, the next launch's x_in: one partial per K split of its last GEMV;
+    under tensor parallelism this rank's partial and the all-reduce's sum (``parallel.reduced``)."""
+    return parallel.reduced(Region("x_out", "io", "fp32", (s.down_split, s.m, s.hidden), writer, ()), s.ranks)
 
 
 def layer_regions(s: LayerShape) -> dict[str, Region]:
@@ -201,7 +215,7 @@ def layer_regions(s: LayerShape) -> dict[str, Region]:
     up_in = "norm_up" if s.norm_stages else "up"
     regions = [*attention_regions(s), Region("h", "scratch", s.dtypes.activations, (s.m, s.intermediate), "up", ()),
                x_hat_qkv(s), x_hat("x_hat_up", up_in, "up", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stages),
-               x_out(s, "down")]
+               *x_out(s, "down")]
     return {r.name: r for r in regions}
 
 
@@ -222,7 +236,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     ns = s.norm_stages
     ops = []
     if ns:
-        ops.append(norm_op(s, "norm_qkv", r["x_in"], s.down_split, attn_norm, r["x_hat_qkv"], "qkv", first=True))
+        ops.append(norm_op(s, "norm_qkv", r["x_in"], s.x_parts, attn_norm, r["x_hat_qkv"], "qkv", first=True))
 
     # qkv: x̂ · [W_q; W_k; W_v]ᵀ (+ bias) → qkv (raw, fp32; one partial per K split)
     tasks, tiles = _tiles(s.qkv_rows, s.block_n, s.qkv_split)
@@ -232,7 +246,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     x_qkv = "x_hat_qkv" if ns else "x_in"
     ops.append(Op(
         "qkv", "gemv_op", "gemv_prefetch", tasks, ("x̂" if ns else "RMSNorm(x_in)") + " · W_q|W_k|W_v rows " + tiles,
-        gemv_bindings(s, x=arg[x_qkv], x_parts=1 if ns else s.down_split, norm=attn_norm,
+        gemv_bindings(s, x=arg[x_qkv], x_parts=1 if ns else s.x_parts, norm=attn_norm,
                       staged=None if ns else arg["x_hat_qkv"], w=w_qkv, out=arg["qkv"], n=s.qkv_rows, k=h,
                       split=s.qkv_split, bias=bias),
         writes=(r["qkv"],) + (() if ns else (r["x_hat_qkv"],)), reads=(x_qkv,) + (() if ns else ("x_hat_qkv",)),
@@ -241,7 +255,7 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         + tuple(WeightStream(b.name, 1, rows, wb) for b, rows in zip(bias, (nq, nkv, nkv)))
         + (() if ns else (WeightStream("attn_norm", 1, h, wb),)),
         io_bytes=m * h * 4, after_previous_launch=not ns,
-        band_args=gemv_band_args(1 if ns else s.down_split, None if ns else arg["x_hat_qkv"])))
+        band_args=gemv_band_args(1 if ns else s.x_parts, None if ns else arg["x_hat_qkv"])))
 
     # attn: (row, KV head, split) → partials; q/k norm, RoPE and the KV append (live rows only)
     kv_row = s.rows * s.kv_heads * d * 2 * kvb
@@ -274,13 +288,19 @@ def attention_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
 
     tasks, tiles = _tiles(h, s.block_n, s.o_split)
     w_o = projection(s, ("w_o",), (h,), s.q_heads * d, s.block_n, s.o_split)
-    ops.append(Op(
-        "o", "gemv_op", "gemv_prefetch", tasks, "attn_out · W_o rows + x_in " + tiles,
-        gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=w_o, out=arg["x1"], n=h,
-                      k=s.q_heads * d, split=s.o_split, residual=arg["x_in"], res_parts=s.down_split),
-        writes=(r["x1"],), reads=("attn_out", "x_in"),
+    split = s.ranks > 1  # o writes this rank's partial; the all-reduce adds the residual
+    out = "x1_part" if split else "x1"
+    ops.append(parallel.signalling(Op(
+        "o", "gemv_op", "gemv_prefetch", tasks, "attn_out · W_o rows " + ("" if split else "+ x_in ") + tiles,
+        gemv_bindings(s, x=arg["attn_out"], x_parts=1, norm=None, staged=None, w=w_o, out=arg[out], n=h,
+                      k=s.q_heads * d, split=s.o_split, residual=None if split else arg["x_in"],
+                      res_parts=s.x_parts),
+        writes=(r[out],), reads=("attn_out",) + (() if split else ("x_in",)),
         needs=(Need("attn_out", "the query heads in the task's K-slice"),),
-        weights=w_o.streams, band_args=gemv_band_args(1, None)))
+        weights=w_o.streams, band_args=gemv_band_args(1, None)), parallel.SITE_O, s.ranks))
+    if split:
+        ops.append(parallel.reduce_op("reduce_o", r["x1_part"], r["x_in"], r["x1"], parallel.SITE_O, s.ranks, s.grid,
+                                      dict(s.params)["H_P"]))
     return tuple(ops)
 
 
@@ -293,30 +313,38 @@ def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     ns = s.norm_stages
     ops = []
     if ns:
-        ops.append(norm_op(s, "norm_up", r["x1"], s.o_split, mlp_norm, r["x_hat_up"], "up"))
+        ops.append(norm_op(s, "norm_up", r["x1"], s.x1_parts, mlp_norm, r["x_hat_up"], "up"))
     tasks, tiles = _tiles(s.intermediate, s.block_n, 1)
     w_gate_up = projection(s, ("w_gate", "w_up"), (s.intermediate, s.intermediate), h, s.block_n)
     x_up = "x_hat_up" if ns else "x1"
     ops.append(Op(
         "up", "gemv_op", "gemv_prefetch", tasks,
         ("x̂_up · " if ns else "RMSNorm(x1) · ") + "W_gate|W_up rows, silu(g)·u " + tiles,
-        gemv_bindings(s, x=arg[x_up], x_parts=1 if ns else s.o_split, norm=mlp_norm,
+        gemv_bindings(s, x=arg[x_up], x_parts=1 if ns else s.x1_parts, norm=mlp_norm,
                       staged=None if ns else arg["x_hat_up"], w=w_gate_up, out=arg["h"], n=s.intermediate, k=h,
                       split=1, gated=True),
         writes=(r["h"],) + (() if ns else (r["x_hat_up"],)), reads=(x_up,) + (() if ns else ("x_hat_up",)),
         needs=(Need(x_up, "every row's K columns" if ns else "whole rows (each CTA norms them)"),),
         weights=w_gate_up.streams
         + (() if ns else (WeightStream("mlp_norm", 1, h, wb),)),
-        band_args=gemv_band_args(1 if ns else s.o_split, None if ns else arg["x_hat_up"], gated=True)))
+        band_args=gemv_band_args(1 if ns else s.x1_parts, None if ns else arg["x_hat_up"], gated=True)))
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
     w_down = projection(s, ("w_down",), (h,), s.intermediate, s.block_n, s.down_split)
-    ops.append(Op(
-        "down", "gemv_op", "gemv_prefetch", tasks, "h · W_down rows + x1 " + tiles,
-        gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=w_down, out=arg["x_out"], n=h,
-                      k=s.intermediate, split=s.down_split, residual=arg["x1"], res_parts=s.o_split),
-        writes=(r["x_out"],), reads=("h", "x1"),
-        needs=(Need("h", "the h columns in the task's K-slice"), Need("x1", "the task's output columns")),
+    split = s.ranks > 1  # down writes this rank's partial; the all-reduce adds x1
+    out = "x_out_part" if split else "x_out"
+    ops.append(parallel.signalling(Op(
+        "down", "gemv_op", "gemv_prefetch", tasks, "h · W_down rows " + ("" if split else "+ x1 ") + tiles,
+        gemv_bindings(s, x=arg["h"], x_parts=1, norm=None, staged=None, w=w_down, out=arg[out], n=h,
+                      k=s.intermediate, split=s.down_split, residual=None if split else arg["x1"],
+                      res_parts=s.x1_parts),
+        writes=(r[out],), reads=("h",) + (() if split else ("x1",)),
+        needs=(Need("h", "the h columns in the task's K-slice"),) + (() if split else (Need("x1", "the task's "
+                                                                                           "output columns"),)),
         weights=w_down.streams,
-        io_bytes=m * h * 4, releases_next_launch=True, band_args=gemv_band_args(1, None)))
+        io_bytes=0 if split else m * h * 4, releases_next_launch=not split, band_args=gemv_band_args(1, None)),
+        parallel.SITE_DOWN, s.ranks))
+    if split:
+        ops.append(parallel.reduce_op("reduce_down", r["x_out_part"], r["x1"], r["x_out"], parallel.SITE_DOWN, s.ranks,
+                                      s.grid, dict(s.params)["H_P"], io_bytes=m * h * 4, releases_next_launch=True))
     return tuple(ops)

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ...schema import DtypeRoles, Region
+from ...schema import Arg, DtypeRoles, Region
 from ..geometry import next_pow2
+from . import parallel
 from .dense import region_arg, tensor, x_hat
-from .spec import Need, Op, WeightStream
+from .spec import CrossRank, Need, Op, WeightStream
 
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
@@ -34,20 +35,33 @@ class HeadShape:
     tokens: int = 1  # tokens per row: above 1, a speculative verify band (its greedy head returns the verdict)
     sampled: bool = False  # the head samples each row's id (per-row temperature, top-k, top-p, seed)
     draft_probs: bool = False  # a sampled verify band's verdict takes the proposer's distributions of its drafts
+    ranks: int = 1  # tensor parallelism: the ranks the vocabulary is split over (``vocab`` is one rank's rows)
 
     @property
     def tiles(self) -> int:
         return -(-self.vocab // self.block_n)
 
 
-def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int) -> tuple[Op, ...]:
-    x_out = Region("x_out", "io", "fp32", (x_parts, m, hidden), "embed", ())
-    return (Op("embed", "embed_op", None, m * -(-hidden // block), f"(token row, {block} columns): gather an "
-               "embedding row",
-               (("tokens", tensor("tokens", "i32", "step_input")), ("embed", tensor("embed", w_dtype, "model_weight")),
-                ("x_out", region_arg(x_out)), ("M", m), ("H", hidden), ("BH", block), ("X_PARTS", x_parts),
-                ("G", grid)),
-               writes=(x_out,), reads=(), needs=(), io_bytes=m * hidden * (w_bytes + 4), band_args=("M", "G")),)
+def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int, ranks: int = 1,
+              vocab_rows: int = 0) -> tuple[Op, ...]:
+    """The embedding: a row gather; under tensor parallelism (``ranks`` > 1) of the rank's
+    ``vocab_rows`` rows into its partial, then the all-reduce of the ranks' partials."""
+    regions = parallel.reduced(Region("x_out", "io", "fp32", (x_parts, m, hidden), "embed", ()), ranks)
+    out = regions[0]
+    split = ranks > 1
+    embed = parallel.signalling(Op(
+        "embed", "embed_op", None, m * -(-hidden // block),
+        f"(token row, {block} columns): gather an embedding row" + (" of the rank's" if split else ""),
+        (("tokens", tensor("tokens", "i32", "step_input")), ("embed", tensor("embed", w_dtype, "model_weight")),
+         ("x_out", region_arg(out)), ("vocab_start", Arg("vocab_start", "i32", "rank") if split else None),
+         ("M", m), ("H", hidden), ("BH", block), ("X_PARTS", x_parts), ("V_RANK", vocab_rows if split else 0),
+         ("G", grid)),
+        writes=(out,), reads=(), needs=(), io_bytes=m * hidden * (w_bytes + 4), band_args=("M", "G")),
+        parallel.SITE_EMBED, ranks)
+    if not split:
+        return (embed,)
+    return embed, parallel.reduce_op("reduce_embed", out, None, regions[1], parallel.SITE_EMBED, ranks, grid,
+                                     next_pow2(hidden))
 
 
 def head_regions(s: HeadShape) -> dict[str, Region]:
@@ -92,13 +106,16 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
     first_draw = tuple((n, arg[n] if s.sampled else None) for n in draw) + tuple(
         (n, v if s.sampled else None) for n, v in (("positions", positions), ("temperature", sampling["temperature"]),
                                                    ("seed", sampling["seed"])))
-    ops.append(Op(
+    split = s.ranks > 1
+    ops.append(parallel.signalling(Op(
         "logits", "logits_op", "gemv_prefetch", s.tiles,
         f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
          ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
          ("w2_ptr", None), ("w3_ptr", None), ("SEGMENTS", 1), ("SEG1", s.vocab), ("SEG2", s.vocab),
-         ("logits", arg["logits"]), *greedy, *first_draw, ("SAMPLED", s.sampled), ("M_P", next_pow2(s.m)),
+         ("logits", arg["logits"]), *greedy, *first_draw,
+         ("vocab_valid", Arg("vocab_valid", "i32", "rank") if split else None), ("SAMPLED", s.sampled),
+         ("M_P", next_pow2(s.m)),
          ("TOKENS", s.tokens),
          ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
@@ -111,7 +128,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         needs=(Need(x, "every row's K columns" if s.norm_stage else "whole rows (each CTA norms them)"),),
         weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
-        io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage))
+        io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage), parallel.SITE_LOGITS, s.ranks))
     rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
     verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
                 ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
@@ -134,6 +151,17 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                       needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
                       io_bytes=s.m * 4 + verdict_bytes + (rows * s.vocab * 4 if s.draft_probs else 0)))
+    elif s.greedy and split:
+        ops.append(Op("argmax", "ranks_argmax_op", None, rows,
+                      f"(row): reduce every rank's tile maxima to the greedy id{'s and the verdict' if verify else ''}",
+                      (*parallel.peer_args("tile_max", "tile_max", "fp32", s.ranks),
+                       *parallel.peer_args("tile_arg", "tile_arg", "i32", s.ranks), ("next_ids", arg["next_ids"]),
+                       *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
+                       ("G", s.grid), ("TOKENS", s.tokens), ("T_P", next_pow2(s.tokens)), ("RANKS", s.ranks),
+                       *((k, v) for k, v in parallel.sync_bindings(s.ranks) if k in ("tp_counters", "rank"))),
+                      writes=(r["next_ids"], *verdict_regions), reads=(), needs=(),
+                      io_bytes=s.m * 4 * (1 + 2 * s.ranks * s.tiles) + verdict_bytes,
+                      peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks)))
     elif s.greedy:
         ops.append(Op("argmax", "argmax_op", None, rows,
                       f"(row): reduce tile maxima to the greedy id{'s and the verdict' if verify else ''}",

@@ -61,7 +61,7 @@ def routed_regions(s: LayerShape) -> list[Region]:
 
 def moe_layer_regions(s: LayerShape) -> dict[str, Region]:
     """Every region the routed layer's ops touch, by name."""
-    return {r.name: r for r in [*attention_regions(s), x_hat_qkv(s), *routed_regions(s), x_out(s, "experts_down")]}
+    return {r.name: r for r in [*attention_regions(s), x_hat_qkv(s), *routed_regions(s), *x_out(s, "experts_down")]}
 
 
 def moe_layer_ops(s: LayerShape) -> tuple[Op, ...]:

@@ -45,6 +45,15 @@ class Need:
 
 
 @dataclass(frozen=True)
+class CrossRank:
+    """A cross-rank site of tensor parallelism (``ops/parallel.py``): its index in the ranks'
+    counters, and how many ranks meet there."""
+
+    site: int
+    ranks: int
+
+
+@dataclass(frozen=True)
 class Op:
     name: str
     body: str  # the device function (monobuild.compiler.kernels) that does the op's tasks
@@ -68,6 +77,11 @@ class Op:
     # count, KV splits and grid. Bands whose staged programs then read the same share one code
     # object (``plan.band_generic``).
     band_args: tuple[str, ...] = ()
+    # Tensor parallelism (``ops/parallel.py``): the cross-rank site this op signals every rank's
+    # counters of after its body (its rank's partial written), and the one it waits on before its
+    # body (every rank's partial of that site written); None: neither.
+    peer_signal: CrossRank | None = None
+    peer_wait: CrossRank | None = None
 
     @property
     def weight_bytes(self) -> int:
