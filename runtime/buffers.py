@@ -18,7 +18,7 @@ import torch
 
 from ..footprint import HANG_RECORD, ROUTED, StepLayout, step_layout
 from ..parallel import SITES as PEER_SITES
-from ..parallel import SIZES
+from ..parallel import SIZES, TensorParallel
 from ..schema import LAYER_KINDS, Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
@@ -79,9 +79,12 @@ class RankBinding:
 
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
     """The buffers of one band's step (``schema.Step``): the regions, counters and logs of the
-    programs it launches, as the manifest declares them (``footprint.step_layout``)."""
+    programs it launches, as the manifest declares them (``footprint.step_layout``); under tensor
+    parallelism one rank's (its geometry's logits, its cross-rank counters)."""
     layout = step_layout(manifest, spec)
-    return StepBuffers(manifest.geometry, layout, spec.band.m, manifest.deployment.max_context, device, rope=rope)
+    ranks = manifest.deployment.tensor_parallel
+    geometry = TensorParallel(ranks).rank_geometry(manifest.geometry)
+    return StepBuffers(geometry, layout, spec.band.m, manifest.deployment.max_context, device, rope=rope, ranks=ranks)
 
 
 class StepBuffers:

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 
 from ..manifest import Manifest, PackageError, ProgramSpec, read_code, read_manifest
+from ..parallel import TensorParallel
 from ..schema import Geometry, WeightQuant
 from .buffers import TORCH_DTYPES
 from .checkpoint import SafetensorsCheckpoint
@@ -119,13 +120,34 @@ class Package:
         ranks = self.manifest.deployment.tensor_parallel
         if ranks > 1:
             raise PackageError(f"{self.path}: a package of {ranks} tensor-parallel ranks; binding a rank with its "
-                               "peers' buffers is not built yet (the programs run on the CPU interpreter's ranks, "
-                               "compiler/interpret.InterpretedRanks)")
+                               "peers' buffers on other GPUs is not built yet (bind_ranks runs every rank on this "
+                               "device)")
         if mode not in self.modes:
             raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
         packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights)
         cache = as_kv_cache(kv_cache, self.geometry, self.block_size, self.kv_dtype, self.device)
         return DecodeStep(self, packed, cache, mode)
+
+
+    def bind_ranks(self, weights: list, kv_caches: list, mode: str | None = None):
+        """Every rank of a package split over ranks, on this device (``step.RanksStep``):
+        ``weights[rank]`` the rank's shard (HF-named, ``runtime.shards``) and ``kv_caches[rank]``
+        its KV heads' caches, both used in place."""
+        from .step import RanksStep
+
+        d = self.manifest.deployment
+        tp = TensorParallel(d.tensor_parallel)
+        if tp.size == 1 or len(weights) != tp.size or len(kv_caches) != tp.size:
+            raise PackageError(f"{self.path}: bind_ranks takes every rank's weights and KV cache: {tp.size} "
+                               f"ranks, given {len(weights)} and {len(kv_caches)}")
+        mode = mode or self.modes[0]
+        if mode not in self.modes:
+            raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
+        g = tp.rank_geometry(self.geometry)
+        packed = [w if isinstance(w, PackedWeights) else pack_hf_state_dict(w, g, self.dtype, self.device, self.quant)
+                  for w in weights]
+        caches = [as_kv_cache(c, g, self.block_size, self.kv_dtype, self.device) for c in kv_caches]
+        return RanksStep(self, packed, caches, mode)
 
 
 def load(package_dir: str | Path, device: int | str | torch.device | None = None, *,

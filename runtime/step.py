@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from ..footprint import ROUTED
+from ..parallel import TensorParallel
 from ..schema import Step, takes_draft_probs
-from .buffers import Sampling, StepInputs, band_buffers, input_copies
+from .buffers import RankBinding, Sampling, StepBuffers, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
 from .hangs import check_hang_log
 from .kvcache import KVCache
@@ -73,12 +74,13 @@ def _input_values(inputs: StepInputs) -> dict[str, int]:
 class _BandStep:
     """One band's launches, buffers and input buffers."""
 
-    def __init__(self, package, spec: Step, weights: PackedWeights, cache: KVCache, rope: torch.Tensor):
+    def __init__(self, package, spec: Step, weights: PackedWeights, cache: KVCache, rope: torch.Tensor,
+                 buffers: StepBuffers | None = None):
         manifest, device = package.manifest, package.device
         deployment = manifest.deployment
         self.band, self.spec = spec.band, spec
         programs = {p.name: p for p in manifest.programs}
-        self.buffers = band_buffers(manifest, spec, device, rope)
+        self.buffers = buffers if buffers is not None else band_buffers(manifest, spec, device, rope)
         self.max_blocks = -(-deployment.max_context // deployment.kv_cache.block_size)
         self.drafts = (self.band.tokens - 1, package.geometry.vocab) if takes_draft_probs(deployment, self.band) else None
         self.own = input_copies(self.band.m, self.band.rows, self.max_blocks, device, deployment.head == "sample",
@@ -132,14 +134,37 @@ class _BandStep:
         return own
 
     def run(self, inputs: StepInputs, stream: int) -> None:
+        self.take(inputs)
+        for launch in self.launches:
+            launch.kernel.launch(stream, launch.params.address)
+
+    def take(self, inputs: StepInputs) -> None:
+        """Point the launches' input slots at ``inputs`` (where they moved)."""
         values = _input_values(inputs)
         if values != self._bound:
             for launch in self.launches:
                 for slot, name in launch.input_slots:
                     launch.params[slot] = values[name]
             self._bound = values
-        for launch in self.launches:
-            launch.kernel.launch(stream, launch.params.address)
+
+
+def check_inputs(input_ids, positions, block_tables, context_lens, device) -> tuple[int, int]:
+    """(rows, tokens per row) of a step's inputs; ``StepInputError`` naming the argument where they
+    are not int32 (or int64) tensors of the right dimensions on ``device`` that agree on rows × tokens."""
+    for name, t, dims in (("input_ids", input_ids, 1), ("positions", positions, 1),
+                          ("block_tables", block_tables, 2), ("context_lens", context_lens, 1)):
+        if not isinstance(t, torch.Tensor) or t.dim() != dims:
+            raise StepInputError(f"{name}: expected a {dims}-D tensor")
+        if t.device != device:
+            raise StepInputError(f"{name}: on {t.device}; the step takes tensors on {device} (no host copies)")
+        if t.dtype not in (torch.int32, torch.int64):
+            raise StepInputError(f"{name}: expected int32, got {t.dtype}")
+    rows = context_lens.shape[0]
+    if rows == 0 or input_ids.shape[0] % rows or positions.shape != input_ids.shape or block_tables.shape[0] != rows:
+        raise StepInputError(f"input_ids {list(input_ids.shape)}, positions {list(positions.shape)}, block_tables "
+                             f"{list(block_tables.shape)} and context_lens {list(context_lens.shape)} do not agree "
+                             "on rows × tokens")
+    return rows, input_ids.shape[0] // rows
 
 
 def check_draft_probs(sampling: Sampling | None, drafts: tuple[int, int] | None, rows: int, device) -> None:
@@ -215,21 +240,8 @@ class DecodeStep:
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
                  context_lens: torch.Tensor, sampling: Sampling | None = None) -> torch.Tensor:
         device = self.package.device
-        for name, t, dims in (("input_ids", input_ids, 1), ("positions", positions, 1),
-                              ("block_tables", block_tables, 2), ("context_lens", context_lens, 1)):
-            if not isinstance(t, torch.Tensor) or t.dim() != dims:
-                raise StepInputError(f"{name}: expected a {dims}-D tensor")
-            if t.device != device:
-                raise StepInputError(f"{name}: on {t.device}; the step takes tensors on {device} (no host copies)")
-            if t.dtype not in (torch.int32, torch.int64):
-                raise StepInputError(f"{name}: expected int32, got {t.dtype}")
-        rows = context_lens.shape[0]
+        rows, tokens = check_inputs(input_ids, positions, block_tables, context_lens, device)
         check_sampling(sampling, self.package.manifest.deployment.head, rows, device)
-        if rows == 0 or input_ids.shape[0] % rows or positions.shape != input_ids.shape or block_tables.shape[0] != rows:
-            raise StepInputError(f"input_ids {list(input_ids.shape)}, positions {list(positions.shape)}, block_tables "
-                                 f"{list(block_tables.shape)} and context_lens {list(context_lens.shape)} do not agree "
-                                 "on rows × tokens")
-        tokens = input_ids.shape[0] // rows
         band = self.band_for(rows, tokens)
         check_draft_probs(sampling, band.drafts, rows, device)
         if threading.get_ident() != self._thread:
@@ -287,3 +299,49 @@ class DecodeStep:
             raise RuntimeError("no step has run yet")
         band, m = self._last
         return band.buffers.logits[:m]
+
+
+class RanksStep:
+    """Every rank of a package split over ranks (``tensor_parallel``), on this one device:
+    ``step(input_ids, positions, block_tables, context_lens)`` → the next ids (every rank decides
+    the same). Each launch of the step runs for every rank, rank after rank, on the caller's
+    stream, so each all-reduce finds every rank's partial written and signalled before it: the
+    split programs, their cross-rank counters and their rank-order sums run as on N GPUs, their
+    peers' buffers in this device's memory. For testing the split programs on one GPU; N GPUs
+    need the peers' buffers exchanged, which is not built."""
+
+    def __init__(self, package, weights: list[PackedWeights], caches: list[KVCache], mode: str):
+        manifest = package.manifest
+        d, g = manifest.deployment, manifest.geometry
+        tp = TensorParallel(d.tensor_parallel)
+        self.package, self.weights, self.kv_caches = package, weights, caches
+        rope = rope_table(g, d.max_context, package.device)
+        self._bands = []
+        for spec in sorted((s for s in manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows)):
+            buffers = [band_buffers(manifest, spec, package.device, rope) for _ in range(tp.size)]
+            for rank, b in enumerate(buffers):
+                start, stop = tp.vocab_range(g, rank)
+                b.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), buffers)
+            self._bands.append([_BandStep(package, spec, weights[rank], caches[rank], rope, buffers[rank])
+                                for rank in range(tp.size)])
+
+    def band_for(self, rows: int, tokens: int) -> list[_BandStep]:
+        """The ranks' steps of the band serving rows × tokens."""
+        for ranks in self._bands:
+            if ranks[0].band.tokens == tokens and ranks[0].band.rows >= rows:
+                return ranks
+        raise StepInputError(f"{rows} rows × {tokens} tokens: no band serves it")
+
+    def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
+                 context_lens: torch.Tensor) -> torch.Tensor:
+        device = self.package.device
+        rows, tokens = check_inputs(input_ids, positions, block_tables, context_lens, device)
+        ranks = self.band_for(rows, tokens)
+        for band in ranks:
+            band.take(band.prepare(input_ids, positions, block_tables, context_lens, device))
+        stream = torch.cuda.current_stream(device).cuda_stream
+        for k in range(len(ranks[0].launches)):
+            for band in ranks:
+                launch = band.launches[k]
+                launch.kernel.launch(stream, launch.params.address)
+        return ranks[0].buffers.next_ids[:rows * tokens]

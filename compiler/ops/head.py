@@ -51,7 +51,8 @@ def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype:
     split = ranks > 1
     embed = parallel.signalling(Op(
         "embed", "embed_op", None, m * -(-hidden // block),
-        f"(token row, {block} columns): gather an embedding row" + (" of the rank's" if split else ""),
+        f"(token row, {block} columns): gather an embedding row" + (" (the rank's rows; other ids read zeros)"
+                                                                    if split else ""),
         (("tokens", tensor("tokens", "i32", "step_input")), ("embed", tensor("embed", w_dtype, "model_weight")),
          ("x_out", region_arg(out)), ("vocab_start", Arg("vocab_start", "i32", "rank") if split else None),
          ("M", m), ("H", hidden), ("BH", block), ("X_PARTS", x_parts), ("V_RANK", vocab_rows if split else 0),
