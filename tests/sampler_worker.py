@@ -25,7 +25,7 @@ def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_
                  V: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, M_P: tl.constexpr,
                  TOKENS: tl.constexpr):
     tile_parts(logits, tl.program_id(0), tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg,
-               tile_mass, V, M, ROWS_P, BN, True, M_P, TOKENS)
+               tile_mass, None, V, M, ROWS_P, BN, True, M_P, TOKENS)
 
 
 @triton.jit
