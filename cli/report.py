@@ -17,12 +17,14 @@ def plan_json(plan: Plan, bandwidth: float, context: int) -> dict:
     r = plan.recipe
     return {
         "recipe": r.name, "target": r.deployment.target.name, "sm_count": r.deployment.sm_count,
-        "schedule": plan.schedule_source, "bandwidth": bandwidth, "context": context,
+        "tensor_parallel": r.deployment.tensor_parallel, "schedule": plan.schedule_source, "bandwidth": bandwidth,
+        "context": context,
         "programs": [
             {"name": p.name, "kind": p.kind, "mode": p.mode, "band": asdict(p.band), "grid": p.grid,
              "num_warps": p.num_warps, "launch": {"pdl": p.launch_pdl, "cooperative": p.launch_cooperative},
              "stages": [asdict(s) for s in p.stages], "regions": [asdict(x) for x in p.regions],
              "syncs": [asdict(s) for s in p.syncs], "counters": p.counters, "args": [asdict(a) for a in p.args],
+             "cross_rank": [asdict(c) for c in p.cross_rank],
              "ops": [{"name": op.name, "body": op.body, "prefetch": op.prefetch,
                       "weights": [asdict(w) for w in op.weights], "needs": [asdict(n) for n in op.needs]}
                      for op in p.ops],

@@ -221,6 +221,9 @@ def test_plan_and_inspect_say_what_a_rank_holds(tiny_recipe, tmp_path):
     plan = CliRunner().invoke(main, ["plan", str(recipe)])
     assert "tensor parallel over 2 ranks, each: heads 4/1, intermediate 256, vocab rows 256 of 512" in plan.output
     assert "program layer.r1t1.reduce_o" in plan.output  # a staged-only recipe's programs, all shown
+    data = json.loads(CliRunner().invoke(main, ["plan", str(recipe), "--json"]).output)
+    o = next(p for p in data["programs"] if p["name"] == "layer.r1t1.o")
+    assert data["tensor_parallel"] == 2 and o["cross_rank"] == [{"op": "o", "kind": "signal", "site": 1, "ranks": 2}]
     CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--quiet"])
     shown = CliRunner().invoke(main, ["inspect", str(tmp_path / "out" / "tiny" / "sm_90")])
     assert "serves: each of 2 tensor-parallel ranks: head ids" in shown.output, shown.output
