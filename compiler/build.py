@@ -56,9 +56,6 @@ def retarget(recipe: Recipe, target_name: str | None, sm_count: int | None = Non
                                                     "needs that device's SM/CU count: give --sm-count")
     if target == d.target and sm_count in (None, d.sm_count):
         return recipe
-    if d.tensor_parallel > 1 and not target.is_nvidia:
-        raise InputError(recipe.source, "tensor_parallel", f"{d.tensor_parallel} ranks on {target.name}: the "
-                                                           "cross-rank programs are built for sm_90 so far")
     return replace(recipe, deployment=replace(d, target=target, sm_count=sm_count or d.sm_count))
 
 

@@ -182,21 +182,18 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
         stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
         draft_probs=_draft_probs(src, doc, head),
-        tensor_parallel=_tensor_parallel(src, doc, target, modes, head),
+        tensor_parallel=_tensor_parallel(src, doc, modes, head),
     )
 
 
-def _tensor_parallel(src: str, doc: dict, target: Target, modes: tuple[str, ...], head: str) -> int:
+def _tensor_parallel(src: str, doc: dict, modes: tuple[str, ...], head: str) -> int:
     """``tensor_parallel``: the ranks the model is split over. What the programs serve split so
-    far: sm_90, staged programs (the all-reduce between launches), a greedy head."""
+    far: staged programs (the all-reduce between launches), a greedy head."""
     n = _int(src, "tensor_parallel", doc.get("tensor_parallel", 1))
     if n not in PARALLEL_SIZES:
         raise InputError(src, "tensor_parallel", f"expected one of {', '.join(map(str, PARALLEL_SIZES))}, got {n}")
     if n == 1:
         return n
-    if not target.is_nvidia:
-        raise InputError(src, "tensor_parallel", f"{n} ranks on {target.name}: the cross-rank programs are built "
-                                                 "for sm_90 so far")
     if "persistent" in modes:
         raise InputError(src, "modes", f"tensor_parallel {n} is served by staged programs so far (the all-reduce "
                                        "inside a persistent layer program is not built): modes: [staged]")

@@ -19,7 +19,13 @@ from dataclasses import dataclass
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, Op, evaluate
 from .edges import IN_A_LOOP, CounterSite, compare_thresholds, counter_of, edge_counter_violations
-from .plan_rules import cross_cta_params, kv_guard_params, unguarded_kv_store
+from .plan_rules import (
+    cross_cta_params,
+    cross_rank_count_violations,
+    cross_rank_params,
+    kv_guard_params,
+    unguarded_kv_store,
+)
 from .violations import Violation
 
 _NAME = re.compile(r"%[\w.]+")
@@ -229,6 +235,7 @@ def check_llir(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
         if found != len(p.syncs):
             out.append(Violation(p.name, "llir", "I4", f"{found} {what} in the code, {len(p.syncs)} sync edges in "
                                                        "the plan"))
+    out += _check_cross_rank(p, fn)
     out += _check_loads(p, fn)
     out += _check_kv_stores(p, fn)
     return out
@@ -359,21 +366,96 @@ def _check_kv_stores(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
             if ins.opcode == "store" and kv & fn.pointer_params(ins) and not fn.guarded_by(ins, lens)]
 
 
-def _barrier_before(fn: LlvmFunction, ins: _Instr) -> bool:
+def _barrier_before(fn: LlvmFunction, ins: _Instr, signals: frozenset[int] = frozenset()) -> bool:
     """A barrier on every path from the CTA's last global store to the signal (looking back through
-    the signal's block and, if needed, its predecessors' tails)."""
+    the signal's block and, if needed, its predecessors' tails); adds through ``signals`` (other
+    ranks' counters, signalled one after another) may stand between."""
 
     def scan(block: str, before: int | None, depth: int) -> bool:
         body = [i for i in fn.body[block] if before is None or i.index < before]
         for prev in reversed(body):
             if "@llvm.amdgcn.s.barrier" in prev.text:
                 return True
-            if prev.opcode in ("store", "atomicrmw") and "addrspace(1)" in prev.text:
+            if prev.opcode in ("store", "atomicrmw") and "addrspace(1)" in prev.text \
+                    and not fn.pointer_params(prev) & signals:
                 return False
         preds = fn.pred.get(block, [])
         return depth < 2 and bool(preds) and all(scan(b, None, depth + 1) for b in preds)
 
     return scan(ins.block, ins.index, 0)
+
+
+def _system_scope(ins: _Instr) -> bool:
+    """LLVM's default synchronization scope is the system (AMDGPU's ``one-as`` variant orders one
+    address space, which is all a global counter needs)."""
+    return "syncscope(" not in ins.text or 'syncscope("one-as")' in ins.text
+
+
+def _is_store(ins: _Instr) -> bool:
+    return ins.opcode in ("store", "atomicrmw", "cmpxchg") or "buffer.store" in ins.text \
+        or "buffer.atomic" in ins.text
+
+
+def _is_scalar_load(ins: _Instr) -> bool:
+    """A load the scalar cache serves (constant address space, s_buffer_load, or marked invariant),
+    which no acquire invalidates."""
+    return "!invariant.load" in ins.text or "addrspace(4)" in ins.text or "s.buffer.load" in ins.text
+
+
+def _check_cross_rank(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:
+    """X1–X4 on gfx9, as nvidia.py's over PTX, over the LLVM values derived from the cross-rank
+    arguments (``plan_rules.cross_rank_params``).
+
+    X1: each access to a rank's counters is an ``atomicrmw add``, a release (or acq_rel) at system
+    scope, after ``s_barrier`` with no global store of the CTA's between. X2: each access to this
+    rank's own counters is an atomic read with acquire at system scope, which gfx9 lowers to a
+    load with sc0 sc1 and ``buffer_inv sc0 sc1`` (every cache level, for memory another agent
+    writes). X3: a peer's buffer is only read, and by vector loads: those after the acquire's
+    invalidation see the peer's partial; a scalar or invariant load would be served by the
+    scalar cache, which no acquire invalidates. X4: the planned signals and wait loops, as on sm_90."""
+    own, counters, buffers = cross_rank_params(p)
+    if own is None and not counters and not buffers:
+        return []
+    out: list[Violation] = []
+    signals, loops = 0, set()
+    for ins in fn.instrs:
+        params = fn.pointer_params(ins) if ins.opcode in ("load", "store", "atomicrmw", "cmpxchg", "tail", "call") \
+            else frozenset()
+        if params & counters:
+            if not _is_llvm_signal(ins):
+                out.append(Violation(p.name, _site(ins), "X1", f"`{ins.opcode}` on a rank's cross-rank counters, "
+                                                               "which only the ranks' signals may touch"))
+                continue
+            signals += 1
+            if not ("release" in ins.text or "acq_rel" in ins.text) or not _system_scope(ins):
+                out.append(Violation(p.name, _site(ins), "X1", "the cross-rank signal is not a release at system "
+                                                               "scope, so another GPU that sees the count may not "
+                                                               "see this rank's partial"))
+            if ins.block in fn.loop_of:
+                out.append(Violation(p.name, _site(ins), "X4", IN_A_LOOP))
+            if not _barrier_before(fn, ins, frozenset(counters)):
+                out.append(Violation(p.name, _site(ins), "X1", "no CTA barrier (s_barrier) between the CTA's "
+                                                               "stores and the cross-rank signal"))
+        elif own is not None and own in params:
+            if not _is_atomic(ins) or _is_llvm_signal(ins):
+                out.append(Violation(p.name, _site(ins), "X2", f"`{ins.opcode}` on this rank's cross-rank counters, "
+                                                               "which it only reads with acquires"))
+                continue
+            if not ("acquire" in ins.text or "acq_rel" in ins.text) or not _system_scope(ins):
+                out.append(Violation(p.name, _site(ins), "X2", "the cross-rank wait reads its counter without an "
+                                                               "acquire at system scope, so the peers' partials read "
+                                                               "after it may be older than their signals"))
+            if ins.block in fn.loop_of:
+                loops.add(fn.loop_of[ins.block])
+        elif params & buffers:
+            if _is_store(ins):
+                out.append(Violation(p.name, _site(ins), "X3", f"`{ins.opcode}` through another rank's buffer: a rank "
+                                                               "writes only its own"))
+            elif _is_scalar_load(ins):
+                out.append(Violation(p.name, _site(ins), "X3", "another rank's buffer is read by a scalar/invariant "
+                                                               "load, which the scalar cache serves and the wait's "
+                                                               "acquire does not invalidate"))
+    return out + cross_rank_count_violations(p, signals, len(loops), "llir")
 
 
 def _check_loads(p: ProgramSpec, fn: LlvmFunction) -> list[Violation]:

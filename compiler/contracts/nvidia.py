@@ -11,7 +11,14 @@ from __future__ import annotations
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
 from .edges import IN_A_LOOP, CounterSite, compare_thresholds, counter_of, edge_counter_violations
-from .plan_rules import cross_cta_params, kv_guard_params, param_index, unguarded_kv_store
+from .plan_rules import (
+    cross_cta_params,
+    cross_rank_count_violations,
+    cross_rank_params,
+    kv_guard_params,
+    param_index,
+    unguarded_kv_store,
+)
 from .ptx import Instr, Ptx, definitions, integer_op
 from .violations import Violation
 
@@ -239,10 +246,7 @@ def _check_cross_rank(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     read, past the L1 and the non-coherent path (volatile or system-scoped), never written. X4:
     the code holds the signals and wait loops the plan's cross-rank sites declare, a signal and
     a wait loop for each rank of each site, and no signal in a loop."""
-    index = param_index(p)
-    own = index.get("tp_counters")
-    counters = {index[a.name] for a in p.args if a.role == "peer" and a.name.startswith("tp_counters_peer")}
-    buffers = {index[a.name] for a in p.args if a.role == "peer"} - counters
+    own, counters, buffers = cross_rank_params(p)
     out: list[Violation] = []
     signals, loops = 0, set()
     for ins in ptx.instrs:
@@ -284,14 +288,7 @@ def _check_cross_rank(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
                 out.append(Violation(p.name, _site(ins), "X3",
                                      f"another rank's buffer is read with `{ins.opcode}`: not volatile or at system "
                                      "scope, so a cached copy may be older than that rank's signal"))
-    planned = {kind: sum(c.ranks for c in p.cross_rank if c.kind == kind) for kind in ("signal", "wait")}
-    if signals != planned["signal"]:
-        out.append(Violation(p.name, "ptx", "X4", f"{signals} cross-rank signals in the code, {planned['signal']} "
-                                                  "in the plan's cross-rank sites"))
-    if len(loops) != planned["wait"]:
-        out.append(Violation(p.name, "ptx", "X4", f"{len(loops)} cross-rank wait loops in the code, "
-                                                  f"{planned['wait']} in the plan's cross-rank sites"))
-    return out
+    return out + cross_rank_count_violations(p, signals, len(loops), "ptx")
 
 
 def _barrier_before(p: ProgramSpec, ptx: Ptx, ins: Instr, counters: set[int], contract: str) -> list[Violation]:

@@ -40,6 +40,29 @@ def cross_cta_params(p: ProgramSpec) -> dict[int, str]:
             if r.kind != "kv_cache" and r.writer in stages and stages & set(r.readers) and r.name in index}
 
 
+def cross_rank_params(p: ProgramSpec) -> tuple[int | None, set[int], set[int]]:
+    """X1–X4's parameters (tensor parallelism): this rank's own counters (``tp_counters``), every
+    rank's counters (``tp_counters_peer<s>``, which only signals touch) and the peers' buffers
+    (partials and tile parts, only read)."""
+    index = param_index(p)
+    peers = {a.name: index[a.name] for a in p.args if a.role == "peer"}
+    counters = {k for name, k in peers.items() if name.startswith("tp_counters_peer")}
+    return index.get("tp_counters"), counters, set(peers.values()) - counters
+
+
+def cross_rank_count_violations(p: ProgramSpec, signals: int, wait_loops: int, where: str) -> list[Violation]:
+    """X4: the signals number the plan's signal sites × their ranks, the wait loops its wait sites × theirs."""
+    planned = {kind: sum(c.ranks for c in p.cross_rank if c.kind == kind) for kind in ("signal", "wait")}
+    out = []
+    if signals != planned["signal"]:
+        out.append(Violation(p.name, where, "X4", f"{signals} cross-rank signals in the code, {planned['signal']} "
+                                                  "in the plan's cross-rank sites"))
+    if wait_loops != planned["wait"]:
+        out.append(Violation(p.name, where, "X4", f"{wait_loops} cross-rank wait loops in the code, "
+                                                  f"{planned['wait']} in the plan's cross-rank sites"))
+    return out
+
+
 def kv_guard_params(p: ProgramSpec) -> tuple[set[int], int] | None:
     """(Kernel parameter indexes of the KV cache, that of context_lens) for C4's IR side, or None
     when the program has no KV cache argument or no liveness to guard it with (the plan side
