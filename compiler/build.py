@@ -63,9 +63,6 @@ def with_debug_waits(recipe: Recipe, spins: int | None) -> Recipe:
     """The recipe's debug build (``--debug-wait-spins``): waits that give up and report."""
     if spins is None:
         return recipe
-    if recipe.deployment.tensor_parallel > 1:
-        raise InputError(recipe.source, "tensor_parallel", "--debug-wait-spins: the cross-rank waits do not give up "
-                                                           "yet, so a debug build would not keep its promise")
     return replace(recipe, name=f"{recipe.name}-debug", deployment=replace(recipe.deployment, debug_wait_spins=spins))
 
 

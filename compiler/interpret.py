@@ -104,8 +104,9 @@ class InterpretedStep:
         self.kernels = {name: program.kernel() for name, (_, program) in self.programs.items()}
         regions = [r for p, _ in self.programs.values() for r in p.regions]
         g = self.recipe.rank_geometry
-        layout = StepLayout(tuple(regions), len(self.step.launches), max(p.counters for p, _ in self.programs.values()),
-                            0, (0, 0))
+        plans = [p for p, _ in self.programs.values()]
+        layout = StepLayout(tuple(regions), len(self.step.launches), max(p.counters for p in plans),
+                            max(p.hang_slots for p in plans), (0, 0))
         self.buffers = StepBuffers(g, layout, band.m, self.recipe.deployment.max_context, poison=True, ranks=ranks)
         self.weights, self.k_caches, self.v_caches = weights, k_caches, v_caches
 

@@ -280,12 +280,13 @@ class Planner:
             op, scalars = band_generic(ops[0])
             ops = (op,)
         syncs = derive.edges(ops, grid) if len(ops) > 1 else ()
-        args = derive.abi(ops, declared, counters=bool(syncs), hang_log=bool(syncs and d.debug_wait_spins),
-                          stage_clock=_clocked(kind, d.stage_clock))
+        waits = bool(syncs) or any(op.peer_wait is not None for op in ops)  # a debug build's waits give up
+        debug = waits and d.debug_wait_spins > 0
+        args = derive.abi(ops, declared, counters=bool(syncs), hang_log=debug, stage_clock=_clocked(kind, d.stage_clock))
         return ProgramPlan(name, kind, band, mode, ops, derive.stages(ops, first), grid, entry.num_warps,
                            derive.regions(declared, ops), syncs, args, tuple(sorted(params.items())), pdl,
-                           len(ops) > 1, d.debug_wait_spins if syncs else 0,
-                           HANG_SLOTS if syncs and d.debug_wait_spins else 0, 0, entry, scalars=scalars)
+                           len(ops) > 1, d.debug_wait_spins if debug else 0, HANG_SLOTS if debug else 0, 0, entry,
+                           scalars=scalars)
 
 
 def band_generic(op: Op) -> tuple[Op, tuple[tuple[str, int], ...]]:

@@ -25,9 +25,10 @@ SIZES = (1, 2, 4, 8)  # the tensor-parallel sizes served
 VOCAB_PADDING = 64  # vLLM's: the embedding's and the LM head's rows are padded to a multiple of it
 #: The cross-rank sites a step passes, in order (the embedding's all-reduce, o's and down's in
 #: each layer, the head's argmax), each with a counter per source rank in every rank's
-#: ``tp_counters`` (``compiler/ops/parallel.py``): [SITES, max(SIZES)] int64.
+#: ``tp_counters`` (``compiler/ops/parallel.py``): [SITES, SLOTS] int64.
 SITE_EMBED, SITE_O, SITE_DOWN, SITE_LOGITS = range(4)
 SITES = 4
+SLOTS = max(SIZES)  # a site's counters: one for each source rank
 
 
 @dataclass(frozen=True)

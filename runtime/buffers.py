@@ -18,7 +18,8 @@ import torch
 
 from ..footprint import HANG_RECORD, ROUTED, StepLayout, step_layout
 from ..parallel import SITES as PEER_SITES
-from ..parallel import SIZES, TensorParallel
+from ..parallel import SLOTS as PEER_SLOTS
+from ..parallel import TensorParallel
 from ..schema import LAYER_KINDS, Arg, Geometry
 from .rope import rope_table
 from .weights import PackedWeights
@@ -109,7 +110,7 @@ class StepBuffers:
         self.rope = rope if rope is not None else rope_table(geometry, max_context, device)
         self.layers = geometry.layers
         # tensor parallelism: the counters every rank's producers signal, one per (site, source rank)
-        self.tp_counters = torch.zeros(PEER_SITES * max(SIZES) if ranks > 1 else 0, dtype=torch.int64, device=device)
+        self.tp_counters = torch.zeros(PEER_SITES * PEER_SLOTS if ranks > 1 else 0, dtype=torch.int64, device=device)
         self.rank_binding: RankBinding | None = None  # set once every rank's buffers exist
 
     @property

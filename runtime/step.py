@@ -23,7 +23,7 @@ from ..parallel import TensorParallel
 from ..schema import Step, takes_draft_probs
 from .buffers import RankBinding, Sampling, StepBuffers, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
-from .hangs import check_hang_log
+from .hangs import check_hang_log, check_ranks_hang_logs
 from .kvcache import KVCache
 from .params import ParamBlock
 from .rope import rope_table
@@ -344,4 +344,6 @@ class RanksStep:
             for band in ranks:
                 launch = band.launches[k]
                 launch.kernel.launch(stream, launch.params.address)
+        if self.package.manifest.deployment.debug_wait_spins:
+            check_ranks_hang_logs(self.package.manifest, [(b.spec, b.buffers) for b in ranks])
         return ranks[0].buffers.next_ids[:rows * tokens]

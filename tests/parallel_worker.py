@@ -1,10 +1,13 @@
 """Child process of test_tensor_parallel: one decode step of a tensor-parallel package's staged
 programs on every rank under the interpreter (``InterpretedRanks``), twice (the second step's
 cross-rank targets are the first's plus a step), against the whole model's float64 reference.
+A case with ``silent`` (a debug build) leaves one launch of one rank out instead, and reports
+what the other ranks' cross-rank waits logged when they gave up, then steps again.
 
 Run with TRITON_INTERPRET=1. Reads a case as JSON from argv, prints one JSON line.
 """
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -18,6 +21,7 @@ from monobuild.compiler.interpret import InterpretedRanks
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.runtime.buffers import StepInputs
+from monobuild.runtime.hangs import WaitTimeout, check_ranks_hang_logs
 from monobuild.runtime.shards import shard_state_dict
 from monobuild.runtime.weights import pack_hf_state_dict
 
@@ -31,7 +35,8 @@ def main(case: dict, workdir: Path) -> dict:
     (workdir / "config.json").write_text(json.dumps(config))
     doc = {"config": "config.json", "target": "sm_90", "sm_count": 4, "dtype": dtype,
            "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": "ids", "modes": ["staged"], "tensor_parallel": n}
+           "max_context": 512, "head": "ids", "modes": ["staged"], "tensor_parallel": n,
+           "debug_wait_spins": case.get("debug_wait_spins", 0)}
     if tokens > 1:
         doc["verify"] = {"rows": rows, "tokens": tokens}
     path = workdir / "tiny.yaml"
@@ -64,6 +69,8 @@ def main(case: dict, workdir: Path) -> dict:
     plan = plan_recipe(recipe)
     step = InterpretedRanks(plan, band, weights, rank_k, rank_v)
     inputs = StepInputs(ids, positions, tables, ctx)
+    if "silent" in case:
+        return _silent_rank(case["silent"], plan, step, inputs, ref)
     ranks = step(inputs)
     logits = torch.cat([b.logits for b in ranks], dim=-1)
     first = [b.tp_counters.clone() for b in ranks]
@@ -111,6 +118,31 @@ def main(case: dict, workdir: Path) -> dict:
         "grids": {p.name: p.grid for p in plan.programs},
         **verdict,
     }
+
+
+def _silent_rank(silent: dict, plan, step: InterpretedRanks, inputs: StepInputs, ref: torch.Tensor) -> dict:
+    """The step with rank ``silent['rank']``'s launch of ``silent['program']`` at layer
+    ``silent['layer']`` left out: the records the ranks' logs decode to (``check_ranks_hang_logs``,
+    the plan standing in for the manifest: the same programs and steps), then a whole step after
+    the reset, against the reference."""
+    spec = step.ranks[0].step
+    left_out = next(k for k, x in enumerate(spec.launches)
+                    if x.program == silent["program"] and x.layer == silent["layer"])
+    for k in range(len(spec.launches)):
+        for rank, r in enumerate(step.ranks):
+            if (rank, k) != (silent["rank"], left_out):
+                r.launch(k, inputs)
+    records = []
+    try:
+        check_ranks_hang_logs(plan, [(r.step, r.buffers) for r in step.ranks])
+    except WaitTimeout as e:
+        records = [dataclasses.asdict(x) | {"line": x.line()} for x in e.records]
+    reset = [int(b.tp_counters.abs().sum() + b.counters.abs().sum() + b.hang_log.abs().sum()) for b in
+             (r.buffers for r in step.ranks)]
+    again = step(inputs)
+    return {"records": records, "reset": reset, "grids": {p.name: p.grid for p in plan.programs},
+            "ids_after": again[0].next_ids.tolist(), "ids_ref": ref.argmax(-1).tolist(),
+            "ids_same_after": all(torch.equal(b.next_ids, again[0].next_ids) for b in again)}
 
 
 if __name__ == "__main__":

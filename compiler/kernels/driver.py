@@ -119,11 +119,12 @@ def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
             lines.append(f"    {pre} = {_call(op.prefetch, 'pid', op.prefetch_args)}")
         if op.pdl_wait:
             lines.append(f"    {spelling.wait_previous}")
+        hang = "hang_log" if spec.hang_slots else "None"
         if op.peer_wait is not None:
             site, ranks = op.peer_wait
-            lines.append(f"    peer_wait(tp_counters, rank, {site}, {ranks}, {PEER_SLOTS})")
+            lines.append(f"    peer_wait(tp_counters, rank, {site}, {ranks}, {PEER_SLOTS}, {hang}, {spec.wait_spins}, "
+                         f"{spec.hang_slots})")
         if op.wait_edge is not None:
-            hang = "hang_log" if spec.hang_slots else "None"
             lines.append(f"    wait(counters + {op.wait_edge}, target, {hang}, {spec.wait_spins}, {spec.hang_slots})")
         if clock:
             lines.append("    " + spelling.clock_start.format(slot=1 + 2 * op.index, slots=spec.clock_slots))

@@ -12,7 +12,8 @@ def reduce_op(pid, pre, residual_ptr, RES_PARTS: tl.constexpr, peer0, peer1, pee
               peer7, PARTS: tl.constexpr, out_ptr, M, H: tl.constexpr, BH: tl.constexpr, RANKS: tl.constexpr, G):
     """out[m, :] = Σ residual's RES_PARTS partials + Σ over ranks 0 … RANKS − 1 of that rank's PARTS
     partials (``peer<rank>``), in that order, in fp32; tasks are (row, chunk of BH columns). The
-    peers' partials are read past the L1 (``.cv``): another GPU wrote them."""
+    peers' partials are read with volatile loads (past the L1; on gfx9 after the wait's cache
+    invalidation): another GPU wrote them."""
     CHUNKS: tl.constexpr = (H + BH - 1) // BH
     for task in range(pid, M * CHUNKS, G):
         m = task // CHUNKS

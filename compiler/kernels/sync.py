@@ -42,13 +42,21 @@ def wait(counter_ptr, target, hang_log, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl
             seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
             spins += 1
         if seen < target:
-            slot = tl.atomic_add(hang_log, 1, sem="relaxed", scope="gpu")
-            if slot < HANG_SLOTS:
-                record = hang_log + 1 + slot * 4
-                tl.store(record, tl.program_id(0).to(tl.int64))
-                tl.store(record + 1, counter_ptr.to(tl.int64, bitcast=True))
-                tl.store(record + 2, target)
-                tl.store(record + 3, seen)
+            log_hang(hang_log, counter_ptr, target, seen, HANG_SLOTS)
+
+
+@triton.jit
+def log_hang(hang_log, counter_ptr, target, seen, HANG_SLOTS: tl.constexpr):
+    """A debug build's wait gave up: one record (CTA, counter address, target, last value seen)
+    appended to ``hang_log`` while it has room (the count goes on, so the runtime says how many
+    were dropped)."""
+    slot = tl.atomic_add(hang_log, 1, sem="relaxed", scope="gpu")
+    if slot < HANG_SLOTS:
+        record = hang_log + 1 + slot * 4
+        tl.store(record, tl.program_id(0).to(tl.int64))
+        tl.store(record + 1, counter_ptr.to(tl.int64, bitcast=True))
+        tl.store(record + 2, target)
+        tl.store(record + 3, seen)
 
 
 @triton.jit
@@ -121,13 +129,27 @@ def peer_signal(tp_counters0, tp_counters1, tp_counters2, tp_counters3, tp_count
 
 
 @triton.jit
-def peer_wait(tp_counters, rank, SITE: tl.constexpr, RANKS: tl.constexpr, SLOTS: tl.constexpr):
+def peer_wait(tp_counters, rank, SITE: tl.constexpr, RANKS: tl.constexpr, SLOTS: tl.constexpr, hang_log,
+              WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
     """Consumer side: the count in this rank's own slot of the site is the target (this rank's
     producer launch has finished, so it holds every signal of the site's instances so far, and
     every rank signals each instance alike); then each rank's slot is polled with an acquire at
-    system scope until it reaches the target."""
+    system scope until it reaches the target.
+
+    Debug builds (WAIT_SPINS > 0) give up on a rank's slot after WAIT_SPINS polls and log it as
+    ``wait`` does (the address is in ``tp_counters``: the runtime reads the site and the silent
+    rank from it), then go on to the next rank's."""
     target = tl.atomic_add(tp_counters + SITE * SLOTS + rank, 0, sem="acquire", scope="sys")
     for s in tl.static_range(RANKS):
-        seen = tl.atomic_add(tp_counters + SITE * SLOTS + s, 0, sem="acquire", scope="sys")
-        while seen < target:
-            seen = tl.atomic_add(tp_counters + SITE * SLOTS + s, 0, sem="acquire", scope="sys")
+        counter = tp_counters + SITE * SLOTS + s
+        seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
+        if WAIT_SPINS == 0:
+            while seen < target:
+                seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
+        else:
+            spins = 0
+            while (seen < target) & (spins < WAIT_SPINS):
+                seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
+                spins += 1
+            if seen < target:
+                log_hang(hang_log, counter, target, seen, HANG_SLOTS)

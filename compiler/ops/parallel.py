@@ -9,7 +9,8 @@ its target is the count in its own rank's slot (the rank's producer launch has f
 slot holds exactly the signals of every instance of the site so far), and it polls each rank's
 slot of its own counters with an acquire at system scope until that count is reached. Then it
 adds the residual and every rank's partial, in rank order, reading the peers' regions past the
-caches that are not coherent across GPUs (``.cv``). Every rank adds the same values in the same
+caches that are not coherent across GPUs (volatile loads on sm_90; on gfx9, vector loads after
+the acquire's cache invalidation). Every rank adds the same values in the same
 order, so every rank's hidden state is the same bits.
 
 No counter is reset and no rank can run ahead into a partial a peer still reads: a rank writes a
@@ -23,11 +24,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ...parallel import SITE_DOWN, SITE_EMBED, SITE_LOGITS, SITE_O, SITES, SIZES  # noqa: F401 (the ops' sites)
+from ...parallel import SITE_DOWN, SITE_EMBED, SITE_LOGITS, SITE_O, SITES, SLOTS  # noqa: F401 (the ops' sites)
 from ...schema import Arg, Region
 from .spec import CrossRank, Need, Op
 
-SLOTS = max(SIZES)  # a site's counters: one for each source rank
 REDUCE_BLOCK = 512  # hidden columns a reduce task adds
 
 
