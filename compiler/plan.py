@@ -254,7 +254,7 @@ class Planner:
         def shape(grid: int) -> HeadShape:
             return HeadShape(g.hidden, g.vocab, band.m, d.dtypes, self.w, grid, bn, parts, d.head != "logits",
                              norm_stage, tuple(sorted(cx.items())), band.tokens, d.head == "sample",
-                             takes_draft_probs(d, band), d.tensor_parallel)
+                             takes_draft_probs(d, band), d.tensor_parallel, self.recipe.geometry.vocab)
 
         declared = head_regions(shape(full_grid))
         return self._moded("head", band, mode, lambda grid: head_ops(shape(grid)), declared, full_grid, cx, entry)

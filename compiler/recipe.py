@@ -188,7 +188,7 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
 
 def _tensor_parallel(src: str, doc: dict, modes: tuple[str, ...], head: str) -> int:
     """``tensor_parallel``: the ranks the model is split over. What the programs serve split so
-    far: staged programs (the all-reduce between launches), a greedy head."""
+    far: staged programs (the all-reduce between launches), a greedy or logits head."""
     n = _int(src, "tensor_parallel", doc.get("tensor_parallel", 1))
     if n not in PARALLEL_SIZES:
         raise InputError(src, "tensor_parallel", f"expected one of {', '.join(map(str, PARALLEL_SIZES))}, got {n}")
@@ -197,9 +197,9 @@ def _tensor_parallel(src: str, doc: dict, modes: tuple[str, ...], head: str) -> 
     if "persistent" in modes:
         raise InputError(src, "modes", f"tensor_parallel {n} is served by staged programs so far (the all-reduce "
                                        "inside a persistent layer program is not built): modes: [staged]")
-    if head != "ids":
-        raise InputError(src, "head", f"tensor_parallel {n} is served with a greedy head so far (head: ids); the "
-                                      f"split vocabulary's {head} head is not built")
+    if head == "sample":
+        raise InputError(src, "head", f"tensor_parallel {n} is served with a greedy or logits head so far (head: ids "
+                                      "or logits); the split vocabulary's sampling head is not built")
     return n
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .manifest import Manifest
+from .parallel import SITES, SLOTS, TensorParallel
 from .schema import Band, Region, Step, takes_draft_probs
 
 HANG_RECORD = 4  # int64 a debug build's hang log keeps per record (after one count)
@@ -51,6 +52,11 @@ class StepLayout:
         which), one per decoder layer; () where no program routes."""
         shapes = [tuple(r.shape) for r in self.regions if r.kind == "io" and r.name == ROUTED]
         return max(shapes) if shapes else ()
+
+    def logits_shape(self, m: int, vocab: int) -> tuple[int, ...]:
+        """The head's logits, as declared ([m, vocab]: under tensor parallelism one rank's rows,
+        or the whole vocabulary where a logits head gathers them)."""
+        return next((tuple(r.shape) for r in self.regions if r.kind == "io" and r.name == "logits"), (m, vocab))
 
     def act_shape(self, m: int, hidden: int) -> tuple[int, ...]:
         """The hidden state between programs: [split-K partials, m, hidden], as the layers' x_in says."""
@@ -100,7 +106,8 @@ def _numel(shape) -> int:
 
 def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
     """The buffers ``runtime.step`` allocates for one band's step."""
-    g, d = manifest.geometry, manifest.deployment
+    d = manifest.deployment
+    g = TensorParallel(d.tensor_parallel).rank_geometry(manifest.geometry)
     layout = step_layout(manifest, step)
     m, rows = step.band.m, step.band.rows
     blocks = -(-d.max_context // d.kv_cache.block_size)
@@ -108,9 +115,10 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
     return BandFootprint(
         band=step.band, scratch=sum(r.nbytes for r in layout.scratch.values()),
         activations=2 * _numel(layout.act_shape(m, g.hidden)) * 4,
-        outputs=m * g.vocab * 4 + m * 4 + sum(r.nbytes for r in layout.verdict)
+        outputs=_numel(layout.logits_shape(m, g.vocab)) * 4 + m * 4 + sum(r.nbytes for r in layout.verdict)
         + (g.layers * _numel(layout.routed) * 4 if layout.routed else 0),
-        control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots) * 8,
+        control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots
+                 + (SITES * SLOTS if d.tensor_parallel > 1 else 0)) * 8,
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0)
         + ((m - rows) * g.vocab * 4 if takes_draft_probs(d, step.band) else 0))
 

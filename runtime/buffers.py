@@ -98,7 +98,7 @@ class StepBuffers:
                         for r in layout.verdict}
         self.act = [torch.full(layout.act_shape(m, geometry.hidden), fill, dtype=torch.float32, device=device)
                     for _ in range(2)]
-        self.logits = torch.full((m, geometry.vocab), fill, dtype=torch.float32, device=device)
+        self.logits = torch.full(layout.logits_shape(m, geometry.vocab), fill, dtype=torch.float32, device=device)
         self.next_ids = torch.full((m,), -1, dtype=torch.int32, device=device)
         # per decoder layer, the experts a routed layer's rows chose: how many, then which (-1 past them)
         routed = (geometry.layers, *layout.routed) if layout.routed else (0, 0)

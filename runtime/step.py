@@ -304,7 +304,8 @@ class DecodeStep:
 class RanksStep:
     """Every rank of a package split over ranks (``tensor_parallel``), on this one device:
     ``step(input_ids, positions, block_tables, context_lens)`` → the next ids (every rank decides
-    the same). Each launch of the step runs for every rank, rank after rank, on the caller's
+    the same), or with a logits head the whole vocabulary's logits (every rank gathers the same).
+    Each launch of the step runs for every rank, rank after rank, on the caller's
     stream, so each all-reduce finds every rank's partial written and signalled before it: the
     split programs, their cross-rank counters and their rank-order sums run as on N GPUs, their
     peers' buffers in this device's memory. For testing the split programs on one GPU; N GPUs
@@ -346,4 +347,6 @@ class RanksStep:
                 launch.kernel.launch(stream, launch.params.address)
         if self.package.manifest.deployment.debug_wait_spins:
             check_ranks_hang_logs(self.package.manifest, [(b.spec, b.buffers) for b in ranks])
-        return ranks[0].buffers.next_ids[:rows * tokens]
+        out = ranks[0].buffers
+        return out.logits[:rows * tokens] if self.package.manifest.deployment.head == "logits" \
+            else out.next_ids[:rows * tokens]

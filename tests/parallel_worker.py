@@ -1,8 +1,9 @@
 """Child process of test_tensor_parallel: one decode step of a tensor-parallel package's staged
 programs on every rank under the interpreter (``InterpretedRanks``), twice (the second step's
 cross-rank targets are the first's plus a step), against the whole model's float64 reference.
-A case with ``silent`` (a debug build) leaves one launch of one rank out instead, and reports
-what the other ranks' cross-rank waits logged when they gave up, then steps again.
+A case with ``head: logits`` reports the logits every rank gathered. A case with ``silent`` (a
+debug build) leaves one launch of one rank out instead, and reports what the other ranks'
+cross-rank waits logged when they gave up, then steps again.
 
 Run with TRITON_INTERPRET=1. Reads a case as JSON from argv, prints one JSON line.
 """
@@ -35,7 +36,7 @@ def main(case: dict, workdir: Path) -> dict:
     (workdir / "config.json").write_text(json.dumps(config))
     doc = {"config": "config.json", "target": "sm_90", "sm_count": 4, "dtype": dtype,
            "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": "ids", "modes": ["staged"], "tensor_parallel": n,
+           "max_context": 512, "head": case.get("head", "ids"), "modes": ["staged"], "tensor_parallel": n,
            "debug_wait_spins": case.get("debug_wait_spins", 0)}
     if tokens > 1:
         doc["verify"] = {"rows": rows, "tokens": tokens}
@@ -72,6 +73,10 @@ def main(case: dict, workdir: Path) -> dict:
     if "silent" in case:
         return _silent_rank(case["silent"], plan, step, inputs, ref)
     ranks = step(inputs)
+    if recipe.deployment.head == "logits":  # every rank gathers the whole vocabulary's logits
+        return {"rel_err": ((ranks[0].logits.double() - ref).norm() / ref.norm()).item(),
+                "unwritten_logits": int(torch.isnan(ranks[0].logits).sum()), "shape": list(ranks[0].logits.shape),
+                "logits_same": all(torch.equal(b.logits, ranks[0].logits) for b in ranks)}
     logits = torch.cat([b.logits for b in ranks], dim=-1)
     first = [b.tp_counters.clone() for b in ranks]
     again = step(inputs)  # the same step: the appends rewrite the same slots, the counts grow by a step

@@ -171,7 +171,7 @@ def _tp_recipe(tiny_recipe, **overrides):
 @pytest.mark.parametrize("overrides,message", [
     ({"tensor_parallel": 3}, "tensor_parallel: expected one of 1, 2, 4, 8, got 3"),
     ({"modes": ["persistent", "staged"]}, "modes: tensor_parallel 2 is served by staged programs so far"),
-    ({"head": "sample"}, "head: tensor_parallel 2 is served with a greedy head so far"),
+    ({"head": "sample"}, "head: tensor_parallel 2 is served with a greedy or logits head so far"),
     ({"tensor_parallel": 8, "verify": None}, "tensor_parallel 8: 4 query heads do not split over 8 ranks"),
 ])
 def test_a_split_the_programs_do_not_serve_is_refused_in_one_line(tiny_recipe, overrides, message):
@@ -262,6 +262,45 @@ def test_the_split_package_keeps_every_contract(split_packages, target):
     assert report.ok, "\n".join(v.line() for v in report.violations)
     manifest = json.loads((split_packages[target] / "manifest.json").read_text())
     assert manifest["deployment"]["tensor_parallel"] == 2
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx950"])
+def test_a_split_logits_head_gathers_in_a_program_that_keeps_every_contract(tiny_recipe, tmp_path, target):
+    recipe = _tp_recipe(tiny_recipe, head="logits", bands=[2], verify=None)
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
+                                       "--quiet", "--target", target, "--sm-count", "4"])
+    assert result.exit_code == 0, result.output
+    package = tmp_path / "out" / "tiny" / target
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+    gather = next(p for p in read_manifest(package).programs if p.name == "head.r2t1.gather")
+    assert [(c.op, c.kind) for c in gather.cross_rank] == [("gather", "wait")]
+    assert [a.name for a in gather.args if a.role == "peer"] == ["logits_part_peer0", "logits_part_peer1"]
+    logits = next(r for r in gather.regions if r.name == "logits")
+    assert logits.shape == (2, 512) and logits.writer == "gather"  # the whole vocabulary, every rank's rows
+
+
+@pytest.mark.parametrize("head", ["ids", "logits"])
+def test_the_reported_footprint_of_a_rank_is_what_binding_it_allocates(tiny_recipe, tmp_path, head):
+    """`inspect`'s footprint of a split package is one rank's buffers: its vocabulary rows (or,
+    with a logits head, its rows and the whole vocabulary it gathers) and its cross-rank counters."""
+    from monobuild.footprint import band_footprint
+    from monobuild.runtime.buffers import band_buffers, input_copies
+
+    recipe = _tp_recipe(tiny_recipe, head=head, **({"verify": None} if head == "logits" else {}))
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2", "-q"])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(tmp_path / "out" / "tiny" / "sm_90")
+    d = manifest.deployment
+    blocks = -(-d.max_context // d.kv_cache.block_size)
+    for step in manifest.steps:
+        buffers = band_buffers(manifest, step, "cpu", rope=torch.empty(0))
+        own = input_copies(step.band.m, step.band.rows, blocks, "cpu", False, None)
+        inputs = sum(t.numel() * t.element_size() for t in (own.tokens, own.positions, own.block_tables,
+                                                             own.context_lens))
+        assert band_footprint(manifest, step).total == buffers.nbytes + inputs
+        assert buffers.logits.shape[1] == (512 if head == "logits" else 256)  # the whole vocabulary, or a rank's
+        assert buffers.tp_counters.numel() == 4 * 8
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
@@ -455,6 +494,19 @@ def test_the_ranks_interpreted_step_matches_the_reference(config, dtype, rows, t
         for rank_counters in counters:
             slots = [rank_counters[site * 8:(site + 1) * 8] for site in range(4)]
             assert slots == [[step * n] * ranks + [0] * (8 - ranks) for n in per_step], (step, slots)
+
+
+@pytest.mark.parametrize("ranks,changes", [(2, {}), (4, {"vocab_size": 500})], ids=["tp2", "tp4-padded-vocab"])
+def test_a_logits_head_gathers_the_whole_vocabulary_on_every_rank(tmp_path, ranks, changes):
+    """``head: logits`` split over ranks: every rank's logits are the whole vocabulary's (the
+    ranks' rows side by side, the padding rows left out), the same bits on every rank, within
+    fp32's bound of the whole model's float64 step, none left unwritten (the buffers are poisoned)."""
+    case = {"config": "tiny-llama.json", "dtype": "fp32", "rows": 2, "tokens": 1, "context_lens": [33, 70],
+            "ranks": ranks, "config_changes": changes, "seed": int.from_bytes(os.urandom(4), "little"),
+            "head": "logits"}
+    result = _interpreted(case, tmp_path)
+    assert result["shape"] == [2, changes.get("vocab_size", 512)] and result["unwritten_logits"] == 0, result
+    assert result["logits_same"] and result["rel_err"] <= 1e-4, result
 
 
 def test_a_debug_build_names_the_rank_whose_signals_did_not_come(tmp_path):

@@ -9,8 +9,8 @@ from .gemv import gemv_op, gemv_prefetch
 from .head import argmax_op, embed_op, logits_op, ranks_argmax_op, sample_op
 from .moe import experts_down_op, experts_up_op
 from .norm import norm_op
-from .reduce import reduce_op
+from .reduce import gather_op, reduce_op
 
 __all__ = ["argmax_op", "attention_op", "attention_prefetch", "combine_op", "embed_op", "experts_down_op",
-           "experts_up_op", "floor_kernel", "floor_streaming_kernel", "gemv_op", "gemv_prefetch", "logits_op",
+           "experts_up_op", "floor_kernel", "floor_streaming_kernel", "gather_op", "gemv_op", "gemv_prefetch", "logits_op",
            "norm_op", "ranks_argmax_op", "reduce_op", "sample_op"]

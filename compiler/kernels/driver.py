@@ -35,7 +35,7 @@ from monobuild.compiler.kernels.gemv import gemv_op, gemv_prefetch
 from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, ranks_argmax_op, sample_op
 from monobuild.compiler.kernels.moe import experts_down_op, experts_up_op
 from monobuild.compiler.kernels.norm import norm_op
-from monobuild.compiler.kernels.reduce import reduce_op
+from monobuild.compiler.kernels.reduce import gather_op, reduce_op
 from monobuild.compiler.kernels.sync import clock_end, clock_start, peer_signal, peer_wait, signal, step_epoch, wait
 """
 

@@ -12,6 +12,7 @@ from . import parallel
 from .dense import region_arg, tensor, x_hat
 from .spec import CrossRank, Need, Op, WeightStream
 
+GATHER_BLOCK = 1024  # ids a task of a split logits head's gather copies
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
@@ -36,6 +37,13 @@ class HeadShape:
     sampled: bool = False  # the head samples each row's id (per-row temperature, top-k, top-p, seed)
     draft_probs: bool = False  # a sampled verify band's verdict takes the proposer's distributions of its drafts
     ranks: int = 1  # tensor parallelism: the ranks the vocabulary is split over (``vocab`` is one rank's rows)
+    vocab_whole: int = 0  # the model's vocabulary, which a split logits head gathers its ranks' rows into
+
+    @property
+    def gathered(self) -> bool:
+        """A logits head over a split vocabulary: each rank's logits op writes its rows
+        (``logits_part``), which every rank gathers into the whole vocabulary's ``logits``."""
+        return self.ranks > 1 and not self.greedy
 
     @property
     def tiles(self) -> int:
@@ -68,8 +76,11 @@ def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype:
 def head_regions(s: HeadShape) -> dict[str, Region]:
     logits_in = "norm" if s.norm_stage else "logits"
     regions = [Region("x_in", "io", "fp32", (s.x_parts, s.m, s.hidden), None, ()),
+               Region("logits_part", "scratch", "fp32", (s.m, s.vocab), "logits", ()) if s.gathered else
                Region("logits", "io", "fp32", (s.m, s.vocab), "logits", (), CTA_LOCAL if s.greedy else None),
                x_hat("x_hat", logits_in, "logits", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stage)]
+    if s.gathered:
+        regions.append(Region("logits", "io", "fp32", (s.m, s.vocab_whole), "gather", ()))
     if s.sampled:  # each tile's part of the rows' first draw (kernels/head._first_draw)
         regions += [Region(name, "scratch", dtype, (s.m, s.tiles), "logits", ())
                     for name, dtype in (("tile_z", "fp32"), ("tile_zarg", "i32"), ("tile_mass", "fp32"))]
@@ -114,7 +125,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
          ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
          ("w2_ptr", None), ("w3_ptr", None), ("SEGMENTS", 1), ("SEG1", s.vocab), ("SEG2", s.vocab),
-         ("logits", arg["logits"]), *greedy, *first_draw,
+         ("logits", arg["logits_part" if s.gathered else "logits"]), *greedy, *first_draw,
          ("vocab_valid", Arg("vocab_valid", "i32", "rank") if split else None), ("SAMPLED", s.sampled),
          ("M_P", next_pow2(s.m)),
          ("TOKENS", s.tokens),
@@ -122,14 +133,26 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
          ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),
          ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]), ("NORM_ROWS", p["NORM_ROWS"])),
-        writes=(r["logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
+        writes=(r["logits_part" if s.gathered else "logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
         + (tuple(r[n] for n in draw) if s.sampled else ())
         + (() if s.norm_stage else (r["x_hat"],)),
         reads=(x,) + (("logits",) if s.greedy else ()) + (() if s.norm_stage else ("x_hat",)),
         needs=(Need(x, "every row's K columns" if s.norm_stage else "whole rows (each CTA norms them)"),),
         weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
-        io_bytes=s.m * s.vocab * 4, after_previous_launch=not s.norm_stage), parallel.SITE_LOGITS, s.ranks))
+        io_bytes=0 if s.gathered else s.m * s.vocab * 4, after_previous_launch=not s.norm_stage), parallel.SITE_LOGITS,
+        s.ranks))
+    if s.gathered:
+        ops.append(Op("gather", "gather_op", None, s.m * -(-s.vocab_whole // GATHER_BLOCK),
+                      f"(token row, {GATHER_BLOCK} ids): logits = every rank's logits_part side by side, less the "
+                      "vocabulary's padding",
+                      (*parallel.peer_args("peer", "logits_part", "fp32", s.ranks), ("out_ptr", arg["logits"]),
+                       ("M", s.m), ("V_RANK", s.vocab), ("VOCAB", s.vocab_whole), ("BV", GATHER_BLOCK),
+                       ("RANKS", s.ranks), ("G", s.grid),
+                       *((k, v) for k, v in parallel.sync_bindings(s.ranks) if k in ("tp_counters", "rank"))),
+                      writes=(r["logits"],), reads=(), needs=(),
+                      io_bytes=s.m * (s.ranks * s.vocab + s.vocab_whole) * 4,
+                      peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks), band_args=("M", "G")))
     rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
     verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
                 ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
