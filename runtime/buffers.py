@@ -70,12 +70,13 @@ class RankBinding:
     """A rank's place under tensor parallelism, which its programs' ``rank`` and ``peer``
     arguments bind: its index, its vocabulary rows (the first, and how many are real ids) and
     every rank's step buffers, by rank (its own among them), whose partials and cross-rank
-    counters its programs read and signal."""
+    counters its programs read and signal: the ranks' ``StepBuffers`` where they share this
+    process (``bind_ranks``), a peer's ``runtime.peers.PeerBuffers`` where it is another's."""
 
     rank: int
     vocab_start: int
     vocab_valid: int
-    peers: Sequence[StepBuffers]
+    peers: Sequence  # each with .tp_counters and .scratch
 
 
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:

@@ -110,3 +110,23 @@ def check_ranks_hang_logs(manifest: Manifest, ranks: list) -> None:
             buffers.counters.zero_()
             buffers.tp_counters.zero_()
         raise WaitTimeout(records, dropped)
+
+
+def check_group_hang_logs(manifest: Manifest, spec: Step, buffers, rank: int, group) -> None:
+    """``check_hang_log`` for one rank a process (``bind(..., group=)``): every rank's records,
+    gathered through the process group (collective: every rank's step calls it), raised on every
+    rank alike, after every rank has reset its log and counters, cross-rank ones included."""
+    import torch.distributed as dist
+
+    found = hang_records(buffers.hang_log, buffers.counters, manifest, spec, buffers.tp_counters, rank)
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, found, group=group)
+    records = [r for rank_records, _ in everyone for r in rank_records]
+    dropped = sum(lost for _, lost in everyone)
+    if records or dropped:
+        buffers.hang_log.zero_()
+        buffers.counters.zero_()
+        buffers.tp_counters.zero_()
+        torch.cuda.synchronize()
+        dist.barrier(group)  # no rank steps again before every rank's counters are zero
+        raise WaitTimeout(records, dropped)

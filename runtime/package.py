@@ -104,30 +104,54 @@ class Package:
         """A KV cache of ``num_blocks`` blocks per layer on this package's device (uninitialised)."""
         return allocate_kv_cache(self.geometry, self.block_size, self.kv_dtype, num_blocks, self.device)
 
-    def bind_weights(self, weights) -> PackedWeights:
+    def bind_weights(self, weights, geometry: Geometry | None = None) -> PackedWeights:
         """Weights from an HF-named state_dict (any device) or a safetensors file or directory; an
         FP8 package's projections as the checkpoint stores them (E4M3 ``weight`` and its fp32
-        ``weight_scale_inv``)."""
+        ``weight_scale_inv``). ``geometry``: a rank's, whose shard these are (default: the model's)."""
         if isinstance(weights, (str, Path)):
             weights = SafetensorsCheckpoint(weights)
-        return pack_hf_state_dict(weights, self.geometry, self.dtype, self.device, self.quant)
+        return pack_hf_state_dict(weights, geometry or self.geometry, self.dtype, self.device, self.quant)
 
-    def bind(self, weights, kv_cache, mode: str | None = None):
-        """A callable decode step over these weights and this KV cache (both used in place)."""
+    def bind(self, weights, kv_cache, mode: str | None = None, group=None):
+        """A callable decode step over these weights and this KV cache (both used in place).
+
+        A package split over ranks (``tensor_parallel``) binds one rank in this process: ``group``
+        is the ranks' ``torch.distributed`` process group (None: the default group), whose rank is
+        this rank; ``weights`` its shard (``runtime.shards``, or the engine's own) and ``kv_cache``
+        its KV heads'. Collective: every rank binds at once, exchanging its buffers' IPC handles
+        (``runtime.peers``)."""
         from .step import DecodeStep
 
         mode = mode or self.modes[0]
-        ranks = self.manifest.deployment.tensor_parallel
-        if ranks > 1:
-            raise PackageError(f"{self.path}: a package of {ranks} tensor-parallel ranks; binding a rank with its "
-                               "peers' buffers on other GPUs is not built yet (bind_ranks runs every rank on this "
-                               "device)")
         if mode not in self.modes:
             raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
-        packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights)
-        cache = as_kv_cache(kv_cache, self.geometry, self.block_size, self.kv_dtype, self.device)
-        return DecodeStep(self, packed, cache, mode)
+        ranks = self.manifest.deployment.tensor_parallel
+        geometry = self.geometry
+        if ranks > 1:
+            group = self._rank_group(ranks, group)
+            geometry = TensorParallel(ranks).rank_geometry(geometry)
+        elif group is not None:
+            raise PackageError(f"{self.path}: a process group was given to a package that is not split over ranks")
+        packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights, geometry)
+        cache = as_kv_cache(kv_cache, geometry, self.block_size, self.kv_dtype, self.device)
+        return DecodeStep(self, packed, cache, mode, group)
 
+    def _rank_group(self, ranks: int, group):
+        """The process group a rank of a split package binds with, checked against the package."""
+        import torch.distributed as dist
+
+        if torch.version.hip is not None:
+            raise PackageError(f"{self.path}: one rank a process on ROCm needs the cross-rank buffers allocated "
+                               "fine-grained, which is not built (bind_ranks runs every rank on this device)")
+        if not dist.is_available() or not dist.is_initialized():
+            raise PackageError(f"{self.path}: a package of {ranks} tensor-parallel ranks binds one rank a process "
+                               "through the ranks' process group: initialise torch.distributed (or pass group=), "
+                               "or run every rank on this device with bind_ranks")
+        size = dist.get_world_size(group)
+        if size != ranks:
+            raise PackageError(f"{self.path}: a package of {ranks} tensor-parallel ranks, bound in a process group "
+                               f"of {size}")
+        return group if group is not None else dist.group.WORLD
 
     def bind_ranks(self, weights: list, kv_caches: list, mode: str | None = None):
         """Every rank of a package split over ranks, on this device (``step.RanksStep``):
@@ -144,8 +168,7 @@ class Package:
         if mode not in self.modes:
             raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
         g = tp.rank_geometry(self.geometry)
-        packed = [w if isinstance(w, PackedWeights) else pack_hf_state_dict(w, g, self.dtype, self.device, self.quant)
-                  for w in weights]
+        packed = [w if isinstance(w, PackedWeights) else self.bind_weights(w, g) for w in weights]
         caches = [as_kv_cache(c, g, self.block_size, self.kv_dtype, self.device) for c in kv_caches]
         return RanksStep(self, packed, caches, mode)
 

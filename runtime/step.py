@@ -23,7 +23,7 @@ from ..parallel import TensorParallel
 from ..schema import Step, takes_draft_probs
 from .buffers import RankBinding, Sampling, StepBuffers, StepInputs, band_buffers, input_copies
 from .gate import step_refusal
-from .hangs import check_hang_log, check_ranks_hang_logs
+from .hangs import check_group_hang_logs, check_hang_log, check_ranks_hang_logs
 from .kvcache import KVCache
 from .params import ParamBlock
 from .rope import rope_table
@@ -208,12 +208,14 @@ class DecodeStep:
     band.
     """
 
-    def __init__(self, package, weights: PackedWeights, cache: KVCache, mode: str):
+    def __init__(self, package, weights: PackedWeights, cache: KVCache, mode: str, group=None):
         self.package, self.mode, self.weights, self.kv_cache = package, mode, weights, cache
         deployment = package.manifest.deployment
         rope = rope_table(package.geometry, deployment.max_context, package.device)
-        specs = sorted((s for s in package.manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
-        self._bands = [_BandStep(package, s, weights, cache, rope) for s in specs]
+        specs = band_specs(package.manifest, mode)
+        self.group = group  # one rank a process (tensor parallelism): the ranks' process group
+        buffers = bind_peers(package, specs, rope, group) if group is not None else [None] * len(specs)
+        self._bands = [_BandStep(package, s, weights, cache, rope, b) for s, b in zip(specs, buffers)]
         self.greedy = deployment.head != "logits"
         self.debug_waits = deployment.debug_wait_spins > 0
         self._thread = threading.get_ident()
@@ -249,7 +251,10 @@ class DecodeStep:
             self._thread = threading.get_ident()
         inputs = band.prepare(input_ids, positions, block_tables, context_lens, device, sampling)
         band.run(inputs, torch.cuda.current_stream(device).cuda_stream)
-        if self.debug_waits:
+        if self.debug_waits and self.group is not None:
+            check_group_hang_logs(self.package.manifest, band.spec, band.buffers, band.buffers.rank_binding.rank,
+                                  self.group)
+        elif self.debug_waits:
             check_hang_log(band.buffers.hang_log, band.buffers.counters, self.package.manifest, band.spec)
         m = rows * tokens
         self._last = (band, m)
@@ -308,8 +313,8 @@ class RanksStep:
     Each launch of the step runs for every rank, rank after rank, on the caller's
     stream, so each all-reduce finds every rank's partial written and signalled before it: the
     split programs, their cross-rank counters and their rank-order sums run as on N GPUs, their
-    peers' buffers in this device's memory. For testing the split programs on one GPU; N GPUs
-    need the peers' buffers exchanged, which is not built."""
+    peers' buffers in this device's memory. For testing the split programs on one GPU; a rank a
+    process (on N GPUs) binds with ``Package.bind(..., group=)``."""
 
     def __init__(self, package, weights: list[PackedWeights], caches: list[KVCache], mode: str):
         manifest = package.manifest
@@ -318,7 +323,7 @@ class RanksStep:
         self.package, self.weights, self.kv_caches = package, weights, caches
         rope = rope_table(g, d.max_context, package.device)
         self._bands = []
-        for spec in sorted((s for s in manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows)):
+        for spec in band_specs(manifest, mode):
             buffers = [band_buffers(manifest, spec, package.device, rope) for _ in range(tp.size)]
             for rank, b in enumerate(buffers):
                 start, stop = tp.vocab_range(g, rank)
@@ -350,3 +355,25 @@ class RanksStep:
         out = ranks[0].buffers
         return out.logits[:rows * tokens] if self.package.manifest.deployment.head == "logits" \
             else out.next_ids[:rows * tokens]
+
+
+def band_specs(manifest, mode: str) -> list[Step]:
+    """The package's steps in ``mode``, narrowest band first (the order ``band_for`` searches)."""
+    return sorted((s for s in manifest.steps if s.mode == mode), key=lambda s: (s.band.tokens, s.band.rows))
+
+
+def bind_peers(package, specs: list[Step], rope: torch.Tensor, group) -> list[StepBuffers]:
+    """One rank a process: this rank's buffers of each band, bound to its peers' through ``group``
+    (``runtime.peers.exchange``; collective), its place (rank, vocabulary rows) from the group."""
+    import torch.distributed as dist
+
+    from .peers import exchange, shared_regions
+
+    manifest = package.manifest
+    g, tp = manifest.geometry, TensorParallel(manifest.deployment.tensor_parallel)
+    rank = dist.get_rank(group)
+    buffers = [band_buffers(manifest, spec, package.device, rope) for spec in specs]
+    start, stop = tp.vocab_range(g, rank)
+    for b, ranks in zip(buffers, exchange(buffers, shared_regions(manifest), group)):
+        b.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), ranks)
+    return buffers

@@ -710,3 +710,50 @@ def test_split_ranks_on_one_device_match_the_reference(rows, tokens):
             assert ours_kv <= 1.5 * (framework_kv - want).abs().max() + want.abs().max() * 2**-8
     again = step(i.tokens, i.positions, i.block_tables, i.context_lens)  # the appends land in the same slots
     assert torch.equal(again, ids)
+
+
+def test_one_rank_a_process_matches_the_ranks_on_one_device(tmp_path):
+    """The split package bound one rank a process (``bind(..., group=)``): two processes on this
+    GPU (``tests/ranks_worker.py``), a gloo group, each rank's buffers mapped into the other's
+    process at bind. Each rank's ids, its step again and its step replayed from a CUDA graph it
+    captured, are bind_ranks' ids on the same shards and inputs, bit for bit (the same programs
+    add the same values in the same order)."""
+    import json
+
+    from monobuild.parallel import TensorParallel
+    from monobuild.runtime.shards import shard_state_dict
+
+    if not (SPLIT / "manifest.json").exists():
+        pytest.skip("MONOBUILD_TEST_PACKAGES does not hold llama-3.2-1b-tp2-sm_90/sm_90")
+    rows, tokens, seed = 3, 1, 331
+    contexts = _contexts(rows, tokens, seed, dead=True)
+    root = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.ranks_worker", str(SPLIT), str(rank),
+                               str(tmp_path / "store"), str(tmp_path), json.dumps(contexts), str(tokens), str(seed)],
+                              cwd=root, stderr=subprocess.PIPE, text=True) for rank in range(2)]
+    errors = []
+    for proc in procs:
+        try:
+            _, err = proc.communicate(timeout=420)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail("the ranks' processes did not finish in 420 s")
+        if proc.returncode:
+            errors.append(err[-3000:])
+    assert not errors, "\n".join(errors)
+    pkg = runtime.load(SPLIT)
+    g, tp = pkg.geometry, TensorParallel(2)
+    r = tp.rank_geometry(g)
+    sd = random_state_dict(pkg, seed=9)
+    cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
+    i = random_case(pkg, contexts, tokens, NUM_BLOCKS, seed).inputs
+    heads = [slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads) for rank in range(2)]
+    caches = [runtime.KVCache(tuple(t[..., h, :].clone() for t in cache.k),
+                              tuple(t[..., h, :].clone() for t in cache.v)) for h in heads]
+    want = pkg.bind_ranks([shard_state_dict(sd, g, tp, rank) for rank in range(2)], caches)(
+        i.tokens, i.positions, i.block_tables, i.context_lens).cpu()
+    for rank in range(2):
+        got = torch.load(tmp_path / f"rank{rank}.pt")
+        for what in ("first", "again", "graph"):
+            assert torch.equal(got[what], want), (rank, what, got[what], want)

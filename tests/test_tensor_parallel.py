@@ -529,3 +529,23 @@ def test_a_debug_build_names_the_rank_whose_signals_did_not_come(tmp_path):
                                     f"counter 10 (o→reduce_o, rank 2's signals) for {2 * o}, last saw {o}"), r["line"]
     assert result["reset"] == [0, 0, 0, 0]
     assert result["ids_same_after"] and result["ids_after"] == result["ids_ref"]
+
+
+def test_binding_one_rank_a_process_needs_the_ranks_process_group(split_packages, tmp_path):
+    """``bind`` of a split package binds one rank in this process through the ranks' process group:
+    without torch.distributed initialised, or in a group of another size, it is refused with the
+    reason, before anything is allocated (the package is never launched here: no GPU)."""
+    import torch.distributed as dist
+
+    from monobuild.runtime import PackageError
+    from monobuild.runtime.package import Package
+
+    package = Package(split_packages["sm_90"], read_manifest(split_packages["sm_90"]), torch.device("cpu"), {})
+    with pytest.raises(PackageError, match="binds one rank a process through the ranks' process group"):
+        package.bind({}, None)
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        with pytest.raises(PackageError, match="a package of 2 tensor-parallel ranks, bound in a process group of 1"):
+            package.bind({}, None)
+    finally:
+        dist.destroy_process_group()
