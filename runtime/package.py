@@ -16,9 +16,9 @@ from ..manifest import Manifest, PackageError, ProgramSpec, read_code, read_mani
 from ..parallel import TensorParallel
 from ..schema import Geometry, WeightQuant
 from .buffers import TORCH_DTYPES
-from .checkpoint import SafetensorsCheckpoint
-from .kvcache import KVCache, allocate_kv_cache, as_kv_cache
-from .weights import PackedWeights, pack_hf_state_dict
+from .checkpoint import CheckpointError, SafetensorsCheckpoint
+from .kvcache import KVCache, KVCacheError, allocate_kv_cache, as_kv_cache
+from .weights import PackedWeights, WeightError, pack_hf_state_dict
 
 
 class DeviceRefused(PackageError):
@@ -122,19 +122,31 @@ class Package:
         (``runtime.peers``)."""
         from .step import DecodeStep
 
-        mode = mode or self.modes[0]
-        if mode not in self.modes:
-            raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
         ranks = self.manifest.deployment.tensor_parallel
-        geometry = self.geometry
-        if ranks > 1:
-            group = self._rank_group(ranks, group)
-            geometry = TensorParallel(ranks).rank_geometry(geometry)
-        elif group is not None:
-            raise PackageError(f"{self.path}: a process group was given to a package that is not split over ranks")
+        if ranks == 1:
+            if group is not None:
+                raise PackageError(f"{self.path}: a process group was given to a package that is not split over "
+                                   "ranks")
+            packed, cache = self._bound(weights, kv_cache, mode, self.geometry)
+            return DecodeStep(self, packed, cache, mode or self.modes[0])
+        from .peers import agree
+
+        group = self._rank_group(ranks, group)
+        try:
+            packed, cache = self._bound(weights, kv_cache, mode, TensorParallel(ranks).rank_geometry(self.geometry))
+            refusal = None
+        except (PackageError, WeightError, KVCacheError, CheckpointError) as e:
+            packed = cache = None
+            refusal = f"{type(e).__name__}: {e}"
+        agree(refusal, group)  # every rank goes on, or every rank raises, naming the ranks that refused
+        return DecodeStep(self, packed, cache, mode or self.modes[0], group)
+
+    def _bound(self, weights, kv_cache, mode: str | None, geometry: Geometry) -> tuple[PackedWeights, KVCache]:
+        """This process's weights and KV cache (its rank's, under tensor parallelism), checked."""
+        if mode is not None and mode not in self.modes:
+            raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
         packed = weights if isinstance(weights, PackedWeights) else self.bind_weights(weights, geometry)
-        cache = as_kv_cache(kv_cache, geometry, self.block_size, self.kv_dtype, self.device)
-        return DecodeStep(self, packed, cache, mode, group)
+        return packed, as_kv_cache(kv_cache, geometry, self.block_size, self.kv_dtype, self.device)
 
     def _rank_group(self, ranks: int, group):
         """The process group a rank of a split package binds with, checked against the package."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..manifest import Manifest
+from ..manifest import Manifest, PackageError
 from .buffers import StepBuffers
 
 
@@ -67,3 +67,16 @@ def exchange(bands: Sequence[StepBuffers], regions: Sequence[str], group) -> lis
         out.append(ranks)
     dist.barrier(group)  # every rank holds every peer's buffers before any rank's first step
     return out
+
+
+def agree(refusal: str | None, group) -> None:
+    """Every rank of ``group`` learns every rank's refusal to bind (None: ready) before any rank
+    maps a peer's memory: all go on, or all raise the same ``PackageError`` naming the ranks that
+    refused and why (a rank that raised alone would leave its peers waiting in the exchange)."""
+    import torch.distributed as dist
+
+    everyone: list = [None] * dist.get_world_size(group)
+    dist.all_gather_object(everyone, refusal, group=group)
+    refused = [f"rank {s}: {why}" for s, why in enumerate(everyone) if why is not None]
+    if refused:
+        raise PackageError("binding the ranks was refused: " + "; ".join(refused))

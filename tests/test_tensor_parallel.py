@@ -549,3 +549,22 @@ def test_binding_one_rank_a_process_needs_the_ranks_process_group(split_packages
             package.bind({}, None)
     finally:
         dist.destroy_process_group()
+
+
+def test_a_rank_that_cannot_bind_is_refused_on_every_rank(split_packages, tmp_path):
+    """Two processes bind the two ranks (a gloo group, on the CPU: the refusal comes before any
+    buffer is shared); rank 1's shard lacks a tensor. Both raise the same PackageError naming
+    rank 1 and its reason, so rank 0 does not wait in the exchange for a peer that left."""
+    root = Path(__file__).resolve().parent.parent
+    procs = [subprocess.Popen([sys.executable, "-m", "tests.agree_worker", str(split_packages["sm_90"]), str(rank),
+                               str(tmp_path / "store")], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for rank in range(2)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    raised = {r["rank"]: r["raised"] for r in results}
+    assert raised[0] == raised[1], raised
+    assert raised[0].startswith("PackageError: binding the ranks was refused: rank 1: WeightError: "), raised[0]
+    assert "model.layers.1.mlp.down_proj.weight" in raised[0] and "rank 0" not in raised[0]
