@@ -80,6 +80,11 @@ class TensorParallel:
         """The index of the block of KV heads rank ``rank`` holds (a block is the rank's KV heads)."""
         return rank // self.kv_replicas(g)
 
+    def kv_heads(self, g: Geometry, rank: int) -> slice:
+        """The model's KV heads rank ``rank`` holds (its KV cache's heads of a whole cache's)."""
+        per_rank = self.rank_geometry(g).kv_heads
+        return slice(self.kv_block(g, rank) * per_rank, (self.kv_block(g, rank) + 1) * per_rank)
+
     def padded_vocab(self, g: Geometry) -> int:
         return -(-g.vocab // VOCAB_PADDING) * VOCAB_PADDING
 

@@ -52,7 +52,7 @@ def main(case: dict, workdir: Path) -> dict:
     shape = (blocks, block_size, g.kv_heads, g.head_dim)
     k_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g.layers)]
     v_caches = [torch.randn(shape, generator=gen).to(t) for _ in range(g.layers)]
-    heads = [slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads) for rank in range(n)]
+    heads = [tp.kv_heads(g, rank) for rank in range(n)]
     rank_k = [[c[..., h, :].clone() for c in k_caches] for h in heads]
     rank_v = [[c[..., h, :].clone() for c in v_caches] for h in heads]
     weights = [pack_hf_state_dict(shard_state_dict(sd, g, tp, rank), r, t) for rank in range(n)]

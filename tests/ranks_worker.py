@@ -26,11 +26,10 @@ def main(package: str, rank: int, store: str, out: Path, contexts: list[int], to
     dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
     pkg = runtime.load(package)
     g, tp = pkg.geometry, TensorParallel(2)
-    r = tp.rank_geometry(g)
     sd = random_state_dict(pkg, seed=9)
     cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
     i = random_case(pkg, contexts, tokens, NUM_BLOCKS, seed).inputs
-    heads = slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads)
+    heads = tp.kv_heads(g, rank)
     mine = runtime.KVCache(tuple(t[..., heads, :].clone() for t in cache.k),
                            tuple(t[..., heads, :].clone() for t in cache.v))
     del cache

@@ -672,12 +672,11 @@ def test_split_ranks_on_one_device_match_the_reference(rows, tokens):
                     "(tests/data/llama-3.2-1b-tp2-sm_90.yaml)")
     pkg = runtime.load(SPLIT)
     g, tp = pkg.geometry, TensorParallel(2)
-    r = tp.rank_geometry(g)
     sd = random_state_dict(pkg, seed=9)
     seed = 300 + 10 * rows + tokens
     cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
     i = random_case(pkg, _contexts(rows, tokens, seed, dead=True), tokens, NUM_BLOCKS, seed).inputs
-    heads = [slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads) for rank in range(2)]
+    heads = [tp.kv_heads(g, rank) for rank in range(2)]
     rank_caches = [runtime.KVCache(tuple(t[..., h, :].clone() for t in cache.k),
                                    tuple(t[..., h, :].clone() for t in cache.v)) for h in heads]
     step = pkg.bind_ranks([shard_state_dict(sd, g, tp, rank) for rank in range(2)], rank_caches)
@@ -744,11 +743,10 @@ def test_one_rank_a_process_matches_the_ranks_on_one_device(tmp_path):
     assert not errors, "\n".join(errors)
     pkg = runtime.load(SPLIT)
     g, tp = pkg.geometry, TensorParallel(2)
-    r = tp.rank_geometry(g)
     sd = random_state_dict(pkg, seed=9)
     cache = random_kv_cache(pkg, NUM_BLOCKS, seed)
     i = random_case(pkg, contexts, tokens, NUM_BLOCKS, seed).inputs
-    heads = [slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads) for rank in range(2)]
+    heads = [tp.kv_heads(g, rank) for rank in range(2)]
     caches = [runtime.KVCache(tuple(t[..., h, :].clone() for t in cache.k),
                               tuple(t[..., h, :].clone() for t in cache.v)) for h in heads]
     want = pkg.bind_ranks([shard_state_dict(sd, g, tp, rank) for rank in range(2)], caches)(

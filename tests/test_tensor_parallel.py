@@ -47,6 +47,9 @@ def test_a_rank_holds_its_share_of_heads_rows_and_vocabulary():
     assert shapes == {1: (8, 2, 512, 512), 2: (4, 1, 256, 256), 4: (2, 1, 128, 128), 8: (1, 1, 64, 64)}
     tp = TensorParallel(8)  # each KV head on four consecutive ranks, as vLLM replicates them
     assert tp.kv_replicas(g) == 4 and [tp.kv_block(g, r) for r in range(8)] == [0, 0, 0, 0, 1, 1, 1, 1]
+    assert [tp.kv_heads(g, r) for r in (0, 5)] == [slice(0, 1), slice(1, 2)]
+    wide = dataclasses.replace(g, kv_heads=8)  # two KV heads a rank over 4 ranks
+    assert [TensorParallel(4).kv_heads(wide, r) for r in range(4)] == [slice(2 * r, 2 * r + 2) for r in range(4)]
     padded = dataclasses.replace(g, vocab=500)  # padded to 512, 64 rows a step
     assert TensorParallel(4).vocab_range(padded, 3) == (384, 512)
 
@@ -144,7 +147,7 @@ def test_the_ranks_step_is_the_whole_models(name, n, tokens_per_row):
     gen = torch.Generator().manual_seed(2)
     caches = [[torch.randn(BLOCKS, BLOCK, g.kv_heads, g.head_dim, generator=gen).to(torch.bfloat16)
                for _ in range(g.layers)] for _ in "kv"]
-    heads = [slice(tp.kv_block(g, rank) * r.kv_heads, (tp.kv_block(g, rank) + 1) * r.kv_heads) for rank in range(n)]
+    heads = [tp.kv_heads(g, rank) for rank in range(n)]
     rank_caches = [[[c[..., h, :].clone() for c in kind] for h in heads] for kind in caches]
     inputs = _step_inputs(tokens_per_row, g.vocab, 3)
     whole = reference_step(g, pack_hf_state_dict(sd, g, torch.bfloat16, quant=quant), *caches, *inputs,

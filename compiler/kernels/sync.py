@@ -32,14 +32,21 @@ def wait(counter_ptr, target, hang_log, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl
     ``hang_log`` — [count, then (CTA, counter address, target, last value seen) per record] — so
     a broken program finishes and the runtime can report it instead of hanging the GPU.
     """
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    poll(counter_ptr, target, "gpu", hang_log, WAIT_SPINS, HANG_SLOTS)
+
+
+@triton.jit
+def poll(counter_ptr, target, SCOPE: tl.constexpr, hang_log, WAIT_SPINS: tl.constexpr, HANG_SLOTS: tl.constexpr):
+    """Acquire reads of the counter at ``SCOPE`` until it reaches ``target``; in a debug build
+    (WAIT_SPINS > 0) at most WAIT_SPINS more, then a hang record if it still falls short."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope=SCOPE)
     if WAIT_SPINS == 0:
         while seen < target:
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope=SCOPE)
     else:
         spins = 0
         while (seen < target) & (spins < WAIT_SPINS):
-            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+            seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope=SCOPE)
             spins += 1
         if seen < target:
             log_hang(hang_log, counter_ptr, target, seen, HANG_SLOTS)
@@ -141,15 +148,4 @@ def peer_wait(tp_counters, rank, SITE: tl.constexpr, RANKS: tl.constexpr, SLOTS:
     rank from it), then go on to the next rank's."""
     target = tl.atomic_add(tp_counters + SITE * SLOTS + rank, 0, sem="acquire", scope="sys")
     for s in tl.static_range(RANKS):
-        counter = tp_counters + SITE * SLOTS + s
-        seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
-        if WAIT_SPINS == 0:
-            while seen < target:
-                seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
-        else:
-            spins = 0
-            while (seen < target) & (spins < WAIT_SPINS):
-                seen = tl.atomic_add(counter, 0, sem="acquire", scope="sys")
-                spins += 1
-            if seen < target:
-                log_hang(hang_log, counter, target, seen, HANG_SLOTS)
+        poll(tp_counters + SITE * SLOTS + s, target, "sys", hang_log, WAIT_SPINS, HANG_SLOTS)
