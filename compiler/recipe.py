@@ -258,9 +258,6 @@ def _refuse_unserved(src: str, g: Geometry, d: Deployment) -> None:
         reason = d.tp.refusal(g, d.quant)
         if reason is not None:
             raise Refusal(src, f"tensor_parallel {d.tensor_parallel}: {reason}")
-        if g.experts is not None:
-            raise Refusal(src, f"tensor_parallel {d.tensor_parallel}: the routed layers' all-reduce is not built "
-                               "(dense models are served split)")
     if d.max_context > g.max_positions:
         raise Refusal(src, f"max_context {d.max_context} exceeds the model's max_position_embeddings {g.max_positions}")
     if g.group * max(b.tokens for b in d.bands) > MAX_QUERY_ROWS:

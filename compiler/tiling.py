@@ -103,7 +103,7 @@ class Tiling:
         grid, bn, bk = self.gemv_tiling(entry, "moe")
         down = split_k(-(-g.hidden // bn), e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
         dense_bk = self.gemv_tiling(self.entry("layer", band))[2]
-        while dense and g.intermediate % (down * dense_bk):
+        while down > 1 and dense and g.intermediate % (down * dense_bk):
             down //= 2
         return down
 

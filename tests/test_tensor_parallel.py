@@ -283,6 +283,24 @@ def test_a_split_logits_head_gathers_in_a_program_that_keeps_every_contract(tiny
     assert logits.shape == (2, 512) and logits.writer == "gather"  # the whole vocabulary, every rank's rows
 
 
+@pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
+def test_a_routed_model_split_keeps_every_contract(tiny_recipe, tmp_path, target):
+    """A routed model over 2 ranks: the routed layers' experts_down signals the down site and
+    reduce_experts_down sums the ranks' partials; the dense layer's down as before."""
+    shutil.copy(DATA / "tiny-qwen3-moe.json", tmp_path / "tiny-qwen3-moe.json")
+    recipe = _tp_recipe(tiny_recipe, config="tiny-qwen3-moe.json", bands=[1], verify=None)
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
+                                       "--quiet", "--target", target, "--sm-count", "4"])
+    assert result.exit_code == 0, result.output
+    package = tmp_path / "out" / "tiny" / target
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+    sites = {p.name: [(c.op, c.kind) for c in p.cross_rank] for p in read_manifest(package).programs
+             if p.name.startswith("moe.") and p.cross_rank}
+    assert sites["moe.r1t1.experts_down"] == [("experts_down", "signal")]
+    assert sites["moe.r1t1.reduce_experts_down"] == [("reduce_experts_down", "wait")]
+
+
 @pytest.mark.parametrize("head", ["ids", "logits"])
 def test_the_reported_footprint_of_a_rank_is_what_binding_it_allocates(tiny_recipe, tmp_path, head):
     """`inspect`'s footprint of a split package is one rank's buffers: its vocabulary rows (or,
@@ -459,6 +477,9 @@ SPLIT_CASES = [
     ("tiny-qwen2-gqa3.json", "fp32", 4, 1, [40, 0, 130, 9], 2, {"vocab_size": 500}),
     # 8 ranks of 64 vocabulary rows, the last holding 52 real ids
     ("tiny-llama.json", "fp32", 2, 1, [60, 3], 8, {"vocab_size": 500}),
+    # routed layers (0 and 2; layer 1 dense): each expert's intermediate rows split, the router whole
+    ("tiny-qwen3-moe.json", "fp32", 2, 1, [40, 9], 2, {}),
+    ("tiny-qwen3-moe.json", "bf16", 1, 3, [50], 4, {}),
 ]
 
 
@@ -489,10 +510,13 @@ def test_the_ranks_interpreted_step_matches_the_reference(config, dtype, rows, t
     assert result["kv_rel_err"] <= {"fp32": 1e-6, "bf16": 2**-7}[dtype], f"{case}: {result}"
     if tokens > 1:
         assert result["verdicts_same"] and result["verdict_ok"], f"{case}: {result}"
-    grids = result["grids"]
-    band = f"r{rows}t{tokens}"
-    per_step = [grids[f"embed.{band}"], 2 * grids[f"layer.{band}.o"], 2 * grids[f"layer.{band}.down"],
-                grids[f"head.{band}.logits"]]  # tiny models have 2 layers
+    producers = {"embed": 0, "o": 1, "down": 2, "experts_down": 2, "logits": 3}  # the op that signals each site
+    per_step = [0] * 4  # a step's signals into each site, from every rank: a count per CTA of its producer launches
+    for program in result["launches"]:
+        op = program.rsplit(".", 1)[1] if program.count(".") > 1 else program.split(".")[0]
+        if op in producers:
+            per_step[producers[op]] += result["grids"][program]
+    assert all(per_step), per_step
     for step, counters in enumerate((result["counters_first"], result["counters_second"]), start=1):
         for rank_counters in counters:
             slots = [rank_counters[site * 8:(site + 1) * 8] for site in range(4)]

@@ -164,5 +164,5 @@ def experts_down_op(pid, pre, routed_ptr, h_ptr, w_ptr, scale_ptr, QUANT: tl.con
         acc += chunk_product(x, w, s_e, s_e, s_e, rows, row_mask, k0, INTER, QUANT, QBN, QBK, 1, 0, 0, DOT_IEEE)
         if step == per - 1:
             _store_tile(acc, tile, split, out_ptr, None, None, None, residual_ptr, RES_PARTS, N, M, ROWS_P, BN, False,
-                        True, False, 1, 0, 0)
+                        RES_PARTS > 0, False, 1, 0, 0)
             acc = tl.zeros([ROWS_P, BN], tl.float32)

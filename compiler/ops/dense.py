@@ -345,6 +345,12 @@ def dense_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         io_bytes=0 if split else m * h * 4, releases_next_launch=not split, band_args=gemv_band_args(1, None)),
         parallel.SITE_DOWN, s.ranks))
     if split:
-        ops.append(parallel.reduce_op("reduce_down", r["x_out_part"], r["x1"], r["x_out"], parallel.SITE_DOWN, s.ranks,
-                                      s.grid, dict(s.params)["H_P"], io_bytes=m * h * 4, releases_next_launch=True))
+        ops.append(down_all_reduce(s, r))
     return tuple(ops)
+
+
+def down_all_reduce(s: LayerShape, r: dict[str, Region]) -> Op:
+    """Under tensor parallelism, the all-reduce after the MLP's down projection (dense or routed):
+    x_out = x1 + every rank's partial (``reduce_down``, or ``reduce_experts_down``: the region's writer)."""
+    return parallel.reduce_op(r["x_out"].writer, r["x_out_part"], r["x1"], r["x_out"], parallel.SITE_DOWN, s.ranks, s.grid,
+                              dict(s.params)["H_P"], io_bytes=s.m * s.hidden * 4, releases_next_launch=True)

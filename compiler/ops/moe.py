@@ -32,12 +32,14 @@ Every CTA signals each edge once whatever routing chose, so no wait's target dep
 from __future__ import annotations
 
 from ...schema import DTYPE_BYTES, Arg, Region
+from . import parallel
 from .dense import (
     LayerShape,
     Projection,
     _tiles,
     attention_ops,
     attention_regions,
+    down_all_reduce,
     gemv_bindings,
     norm_op,
     region_arg,
@@ -104,7 +106,7 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
     arg = {name: region_arg(region) for name, region in r.items()}
     h, wb, m = s.hidden, s.w_bytes, s.m
     wt = lambda name: tensor(name, s.dtypes.weights, "layer_weight")  # noqa: E731
-    ops = [norm_op(s, "norm_up", r["x1"], s.o_split, wt("mlp_norm"), r["x_hat_up"], "router and experts_up")]
+    ops = [norm_op(s, "norm_up", r["x1"], s.x1_parts, wt("mlp_norm"), r["x_hat_up"], "router and experts_up")]
 
     # router: x̂_up · W_routerᵀ → the band's router logits; the router stays in the model's dtype
     # in a quantized checkpoint (Qwen3-MoE's FP8 checkpoints keep it bf16)
@@ -135,16 +137,23 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
 
     tasks, tiles = _tiles(h, s.block_n, s.down_split)
     down, down_bytes = _expert_stack(s, "w_experts_down", h, e.inter)
-    ops.append(Op(
+    split = s.ranks > 1  # experts_down writes this rank's partial (its share of each expert); the all-reduce adds x1
+    out = "x_out_part" if split else "x_out"
+    ops.append(parallel.signalling(Op(
         "experts_down", "experts_down_op", None, tasks,
-        "h[slots] · W_down[expert] rows over the chosen experts' concatenated columns + x1 " + tiles,
+        "h[slots] · W_down[expert] rows over the chosen experts' concatenated columns " + ("" if split else "+ x1 ")
+        + tiles,
         (("routed_ptr", arg["routed"]), ("h_ptr", arg["h_experts"]), *down,
-         ("residual_ptr", arg["x1"]), ("RES_PARTS", s.o_split), ("out_ptr", arg["x_out"]), ("N", h),
+         ("residual_ptr", None if split else arg["x1"]), ("RES_PARTS", 0 if split else s.x1_parts),
+         ("out_ptr", arg[out]), ("N", h),
          ("INTER", e.inter), ("M", m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
          ("SPLIT", s.down_split), ("SLOTS", e.slots), ("SLOTS_P", p["SLOTS_P"]), ("G", s.grid),
          ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"])),
-        writes=(r["x_out"],), reads=("routed", "h_experts", "x1"),
-        needs=(Need("routed", "the step's slots"), Need("h_experts", "the slots in the task's K share"),
-               Need("x1", "the task's output columns")),
-        bytes_per_expert=down_bytes, io_bytes=m * h * 4, releases_next_launch=True))
+        writes=(r[out],), reads=("routed", "h_experts") + (() if split else ("x1",)),
+        needs=(Need("routed", "the step's slots"), Need("h_experts", "the slots in the task's K share"))
+        + (() if split else (Need("x1", "the task's output columns"),)),
+        bytes_per_expert=down_bytes, io_bytes=0 if split else m * h * 4, releases_next_launch=not split),
+        parallel.SITE_DOWN, s.ranks))
+    if split:
+        ops.append(down_all_reduce(s, r))
     return tuple(ops)
