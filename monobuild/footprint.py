@@ -120,7 +120,7 @@ def band_footprint(manifest: Manifest, step: Step) -> BandFootprint:
         control=(layout.launches * (max(layout.counters, 1) + clock) + 1 + HANG_RECORD * layout.hang_slots
                  + (SITES * SLOTS if d.tensor_parallel > 1 else 0)) * 8,
         inputs=(2 * m + rows * blocks + rows) * 4 + (rows * SAMPLING_BYTES if d.head == "sample" else 0)
-        + ((m - rows) * g.vocab * 4 if takes_draft_probs(d, step.band) else 0))
+        + ((m - rows) * manifest.geometry.vocab * 4 if takes_draft_probs(d, step.band) else 0))  # the whole vocabulary's
 
 
 

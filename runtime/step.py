@@ -308,7 +308,7 @@ class DecodeStep:
 
 class RanksStep:
     """Every rank of a package split over ranks (``tensor_parallel``), on this one device:
-    ``step(input_ids, positions, block_tables, context_lens)`` → the next ids (every rank decides
+    ``step(input_ids, positions, block_tables, context_lens[, sampling])`` → the next ids (every rank decides
     the same), or with a logits head the whole vocabulary's logits (every rank gathers the same).
     Each launch of the step runs for every rank, rank after rank, on the caller's
     stream, so each all-reduce finds every rank's partial written and signalled before it: the
@@ -339,12 +339,14 @@ class RanksStep:
         raise StepInputError(f"{rows} rows × {tokens} tokens: no band serves it")
 
     def __call__(self, input_ids: torch.Tensor, positions: torch.Tensor, block_tables: torch.Tensor,
-                 context_lens: torch.Tensor) -> torch.Tensor:
+                 context_lens: torch.Tensor, sampling: Sampling | None = None) -> torch.Tensor:
         device = self.package.device
         rows, tokens = check_inputs(input_ids, positions, block_tables, context_lens, device)
+        check_sampling(sampling, self.package.manifest.deployment.head, rows, device)
         ranks = self.band_for(rows, tokens)
+        check_draft_probs(sampling, ranks[0].drafts, rows, device)
         for band in ranks:
-            band.take(band.prepare(input_ids, positions, block_tables, context_lens, device))
+            band.take(band.prepare(input_ids, positions, block_tables, context_lens, device, sampling))
         stream = torch.cuda.current_stream(device).cuda_stream
         for k in range(len(ranks[0].launches)):
             for band in ranks:

@@ -17,16 +17,19 @@ import torch
 import yaml
 
 from monobuild.bench.checkpoints import random_hf_state_dict
-from monobuild.bench.reference import greedy_verdict, reference_step
+from monobuild.bench.reference import greedy_verdict, reference_step, sample_reference
 from monobuild.compiler.interpret import InterpretedRanks
+from monobuild.compiler.ops.head import MAX_ROUNDS
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
-from monobuild.runtime.buffers import StepInputs
+from monobuild.runtime.buffers import Sampling, StepInputs
 from monobuild.runtime.hangs import WaitTimeout, check_ranks_hang_logs
 from monobuild.runtime.shards import shard_state_dict
 from monobuild.runtime.weights import pack_hf_state_dict
 
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
+SAMPLING = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9)]  # (temperature, top-k, top-p)
+DECIDED = 1e-4  # a draw closer than this to changing is not compared (numerics_worker's bound)
 
 
 def main(case: dict, workdir: Path) -> dict:
@@ -69,10 +72,30 @@ def main(case: dict, workdir: Path) -> dict:
 
     plan = plan_recipe(recipe)
     step = InterpretedRanks(plan, band, weights, rank_k, rank_v)
-    inputs = StepInputs(ids, positions, tables, ctx)
+    sampling = None
+    if recipe.deployment.head == "sample":  # the rows' settings: greedy, over every id, within top-k / top-p
+        settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
+        sampling = Sampling(torch.tensor([x[0] for x in settings], dtype=torch.float32),
+                            torch.tensor([x[1] for x in settings], dtype=torch.int32),
+                            torch.tensor([x[2] for x in settings], dtype=torch.float32),
+                            torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64), None)
+    inputs = StepInputs(ids, positions, tables, ctx, sampling)
     if "silent" in case:
         return _silent_rank(case["silent"], plan, step, inputs, ref)
     ranks = step(inputs)
+    if sampling is not None:  # each token row's draw against the reference's over the gathered logits
+        logits = ranks[0].logits
+        draws = [sample_reference(logits[m].float(), float(sampling.temperature[m // tokens]),
+                                  int(sampling.top_k[m // tokens]), float(sampling.top_p[m // tokens]),
+                                  int(sampling.seed[m // tokens]), int(positions[m]), MAX_ROUNDS)
+                 for m in range(rows * tokens)]
+        return {"rel_err": ((logits.double() - ref).norm() / ref.norm()).item(),
+                "logits_same": all(torch.equal(b.logits, logits) for b in ranks),
+                "ids_same": all(torch.equal(b.next_ids, ranks[0].next_ids) for b in ranks),
+                "samples_decided": sum(int(margin > DECIDED) for _, margin in draws),
+                "samples_ok": all(int(ranks[0].next_ids[m]) == x for m, (x, margin) in enumerate(draws)
+                                  if margin > DECIDED),
+                "sampled": ranks[0].next_ids.tolist(), "sampled_wanted": [x for x, _ in draws]}
     if recipe.deployment.head == "logits":  # every rank gathers the whole vocabulary's logits
         return {"rel_err": ((ranks[0].logits.double() - ref).norm() / ref.norm()).item(),
                 "unwritten_logits": int(torch.isnan(ranks[0].logits).sum()), "shape": list(ranks[0].logits.shape),

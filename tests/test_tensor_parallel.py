@@ -174,7 +174,6 @@ def _tp_recipe(tiny_recipe, **overrides):
 @pytest.mark.parametrize("overrides,message", [
     ({"tensor_parallel": 3}, "tensor_parallel: expected one of 1, 2, 4, 8, got 3"),
     ({"modes": ["persistent", "staged"]}, "modes: tensor_parallel 2 is served by staged programs so far"),
-    ({"head": "sample"}, "head: tensor_parallel 2 is served with a greedy or logits head so far"),
     ({"tensor_parallel": 8, "verify": None}, "tensor_parallel 8: 4 query heads do not split over 8 ranks"),
 ])
 def test_a_split_the_programs_do_not_serve_is_refused_in_one_line(tiny_recipe, overrides, message):
@@ -268,8 +267,10 @@ def test_the_split_package_keeps_every_contract(split_packages, target):
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx950"])
-def test_a_split_logits_head_gathers_in_a_program_that_keeps_every_contract(tiny_recipe, tmp_path, target):
-    recipe = _tp_recipe(tiny_recipe, head="logits", bands=[2], verify=None)
+@pytest.mark.parametrize("head", ["logits", "sample"])
+def test_a_split_logits_or_sampling_head_gathers_in_a_program_that_keeps_every_contract(tiny_recipe, tmp_path, target,
+                                                                                       head):
+    recipe = _tp_recipe(tiny_recipe, head=head, bands=[2], verify=None)
     result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
                                        "--quiet", "--target", target, "--sm-count", "4"])
     assert result.exit_code == 0, result.output
@@ -281,6 +282,10 @@ def test_a_split_logits_head_gathers_in_a_program_that_keeps_every_contract(tiny
     assert [a.name for a in gather.args if a.role == "peer"] == ["logits_part_peer0", "logits_part_peer1"]
     logits = next(r for r in gather.regions if r.name == "logits")
     assert logits.shape == (2, 512) and logits.writer == "gather"  # the whole vocabulary, every rank's rows
+    parts = {r.name: (r.shape, r.writer) for r in gather.regions if r.name.startswith("tile_")}
+    tiles = -(-512 // dict(gather.params)["BN"])  # the whole vocabulary's tiles
+    assert parts == ({} if head == "logits" else {name: ((2, tiles), "gather") for name in
+                                                  ("tile_max", "tile_arg", "tile_z", "tile_zarg", "tile_mass")})
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
@@ -301,14 +306,19 @@ def test_a_routed_model_split_keeps_every_contract(tiny_recipe, tmp_path, target
     assert sites["moe.r1t1.reduce_experts_down"] == [("reduce_experts_down", "wait")]
 
 
-@pytest.mark.parametrize("head", ["ids", "logits"])
+@pytest.mark.parametrize("head", ["ids", "logits", "sample"])
 def test_the_reported_footprint_of_a_rank_is_what_binding_it_allocates(tiny_recipe, tmp_path, head):
     """`inspect`'s footprint of a split package is one rank's buffers: its vocabulary rows (or,
-    with a logits head, its rows and the whole vocabulary it gathers) and its cross-rank counters."""
+    with a logits or sampling head, its rows and the whole vocabulary it gathers), its
+    cross-rank counters and its input copies (a sampling verify band's drafts' distributions over
+    the whole vocabulary)."""
     from monobuild.footprint import band_footprint
     from monobuild.runtime.buffers import band_buffers, input_copies
+    from monobuild.schema import takes_draft_probs
 
-    recipe = _tp_recipe(tiny_recipe, head=head, **({"verify": None} if head == "logits" else {}))
+    verify = {"logits": None, "ids": {"rows": 1, "tokens": 3},
+              "sample": {"rows": 1, "tokens": 3, "draft_probs": True}}[head]
+    recipe = _tp_recipe(tiny_recipe, head=head, verify=verify)
     result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2", "-q"])
     assert result.exit_code == 0, result.output
     manifest = read_manifest(tmp_path / "out" / "tiny" / "sm_90")
@@ -316,11 +326,13 @@ def test_the_reported_footprint_of_a_rank_is_what_binding_it_allocates(tiny_reci
     blocks = -(-d.max_context // d.kv_cache.block_size)
     for step in manifest.steps:
         buffers = band_buffers(manifest, step, "cpu", rope=torch.empty(0))
-        own = input_copies(step.band.m, step.band.rows, blocks, "cpu", False, None)
-        inputs = sum(t.numel() * t.element_size() for t in (own.tokens, own.positions, own.block_tables,
-                                                             own.context_lens))
-        assert band_footprint(manifest, step).total == buffers.nbytes + inputs
-        assert buffers.logits.shape[1] == (512 if head == "logits" else 256)  # the whole vocabulary, or a rank's
+        drafts = (step.band.tokens - 1, 512) if takes_draft_probs(d, step.band) else None
+        own = input_copies(step.band.m, step.band.rows, blocks, "cpu", head == "sample", drafts)
+        inputs = [own.tokens, own.positions, own.block_tables, own.context_lens,
+                  *(t for t in (vars(own.sampling).values() if own.sampling is not None else ()) if t is not None)]
+        assert band_footprint(manifest, step).total == buffers.nbytes + sum(t.numel() * t.element_size()
+                                                                            for t in inputs)
+        assert buffers.logits.shape[1] == (256 if head == "ids" else 512)  # a rank's rows, or the whole vocabulary
         assert buffers.tp_counters.numel() == 4 * 8
 
 
@@ -534,6 +546,26 @@ def test_a_logits_head_gathers_the_whole_vocabulary_on_every_rank(tmp_path, rank
     result = _interpreted(case, tmp_path)
     assert result["shape"] == [2, changes.get("vocab_size", 512)] and result["unwritten_logits"] == 0, result
     assert result["logits_same"] and result["rel_err"] <= 1e-4, result
+
+
+@pytest.mark.parametrize("dtype,rows,tokens,context_lens,ranks,changes", [
+    ("fp32", 3, 1, [33, 70, 5], 2, {}),
+    ("fp32", 4, 1, [33, 70, 5, 12], 4, {"vocab_size": 500}),  # the last rank's rows part padding
+    ("bf16", 1, 3, [40], 2, {}),  # a verify band's token rows
+], ids=["tp2", "tp4-padded-vocab", "tp2-bf16-r1t3"])
+def test_a_sampling_head_draws_the_whole_vocabularys_ids_on_every_rank(tmp_path, dtype, rows, tokens, context_lens,
+                                                                      ranks, changes):
+    """``head: sample`` split over ranks: every rank gathers the whole vocabulary's logits and
+    their tiles' parts (the draws keyed by the whole vocabulary's ids), so each token row's id is
+    the float64 reference sampler's over those logits with the row's settings (greedy, over every
+    id, top-k, top-p; compared where the draw is decided), the same on every rank."""
+    case = {"config": "tiny-llama.json", "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
+            "ranks": ranks, "config_changes": changes, "seed": int.from_bytes(os.urandom(4), "little"),
+            "head": "sample"}
+    result = _interpreted(case, tmp_path)
+    assert result["logits_same"] and result["ids_same"], result
+    assert result["rel_err"] <= {"fp32": 1e-4, "bf16": 1e-2}[dtype], result
+    assert result["samples_decided"] >= rows * tokens - 1 and result["samples_ok"], result
 
 
 def test_a_debug_build_names_the_rank_whose_signals_did_not_come(tmp_path):

@@ -123,6 +123,35 @@ def tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, t
 
 
 @triton.jit
+def gather_op(pid, pre, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7, logits, tile_max, tile_arg, positions,
+              temperature, seed, tile_z, tile_zarg, tile_mass, M: tl.constexpr, V_RANK: tl.constexpr,
+              VOCAB: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, RANKS: tl.constexpr, G: tl.constexpr,
+              PARTS: tl.constexpr,
+              SAMPLED: tl.constexpr, M_P: tl.constexpr, TOKENS: tl.constexpr):
+    """A split vocabulary's logits made whole on this rank: for each tile of BN ids of the VOCAB
+    real ids (every row), rank s's rows (``peer<s>``, its logits op's [M, V_RANK]; ids s · V_RANK
+    onwards, read with volatile loads as ``reduce_op``'s partials) into ``logits`` [M, VOCAB];
+    then, for a greedy or sampling head (PARTS), the tile's parts as ``logits_op`` leaves them
+    for the argmax and sample ops (``tile_parts``, reading back this CTA's own stores), keyed by
+    the whole vocabulary's ids, so the draws are the unsplit model's."""
+    TILES: tl.constexpr = (VOCAB + BN - 1) // BN
+    r = tl.arange(0, ROWS_P)
+    for tile in range(pid, TILES, G):
+        v = tile * BN + tl.arange(0, BN)
+        rows = tl.zeros([ROWS_P, BN], tl.float32)
+        for s in tl.static_range(RANKS):
+            part = peer(s, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7)
+            mine = (r[:, None] < M) & ((v >= s * V_RANK) & (v < (s + 1) * V_RANK) & (v < VOCAB))[None, :]
+            rows = tl.where(mine, tl.load(part + r[:, None] * V_RANK + (v - s * V_RANK)[None, :], mask=mine,
+                                          other=0.0, volatile=True), rows)
+        tl.store(logits + r[:, None] * VOCAB + v[None, :], rows, mask=(r[:, None] < M) & (v < VOCAB)[None, :])
+        if PARTS:
+            tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
+            tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
+                       None, VOCAB, M, ROWS_P, BN, SAMPLED, M_P, TOKENS)
+
+
+@triton.jit
 def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr,
               BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, T_P: tl.constexpr):
     """next_ids[m] = the first index of token row m's largest logit, from the tiles' maxima; a task

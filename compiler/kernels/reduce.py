@@ -1,6 +1,5 @@
-"""Tensor parallelism's cross-rank ops (``ops/parallel.py``): the all-reduce (a rank's sum of
-every rank's partial) and the all-gather of a split vocabulary's logits, each reading the peers'
-parts where they wrote them."""
+"""The all-reduce op of tensor parallelism (``ops/parallel.py``): a rank's sum of every rank's
+partial, read where each rank wrote it (the head's gather of a split vocabulary is ``head.gather_op``)."""
 
 import triton
 import triton.language as tl
@@ -29,21 +28,3 @@ def reduce_op(pid, pre, residual_ptr, RES_PARTS: tl.constexpr, peer0, peer1, pee
                 acc += tl.load(part + p * M * H + m * H + c, mask=mask, other=0.0, volatile=True)
         tl.store(out_ptr + m * H + c, acc, mask=mask)
 
-
-@triton.jit
-def gather_op(pid, pre, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7, out_ptr, M, V_RANK: tl.constexpr,
-              VOCAB: tl.constexpr, BV: tl.constexpr, RANKS: tl.constexpr, G):
-    """out[m, :VOCAB] = every rank's rows side by side: rank s's V_RANK rows (``peer<s>``, its
-    logits op's [M, V_RANK]) are ids s · V_RANK onwards, less the vocabulary's padding past VOCAB;
-    tasks are (row, chunk of BV ids). Read with volatile loads, as ``reduce_op``'s partials."""
-    CHUNKS: tl.constexpr = (VOCAB + BV - 1) // BV
-    for task in range(pid, M * CHUNKS, G):
-        m = task // CHUNKS
-        v = (task % CHUNKS) * BV + tl.arange(0, BV)
-        row = tl.zeros([BV], tl.float32)
-        for s in tl.static_range(RANKS):
-            part = peer(s, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7)
-            mine = (v >= s * V_RANK) & (v < (s + 1) * V_RANK) & (v < VOCAB)
-            row = tl.where(mine, tl.load(part + m * V_RANK + (v - s * V_RANK), mask=mine, other=0.0, volatile=True),
-                           row)
-        tl.store(out_ptr + m * VOCAB + v, row, mask=v < VOCAB)

@@ -12,7 +12,6 @@ from . import parallel
 from .dense import region_arg, tensor, x_hat
 from .spec import CrossRank, Need, Op, WeightStream
 
-GATHER_BLOCK = 1024  # ids a task of a split logits head's gather copies
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
@@ -37,17 +36,30 @@ class HeadShape:
     sampled: bool = False  # the head samples each row's id (per-row temperature, top-k, top-p, seed)
     draft_probs: bool = False  # a sampled verify band's verdict takes the proposer's distributions of its drafts
     ranks: int = 1  # tensor parallelism: the ranks the vocabulary is split over (``vocab`` is one rank's rows)
-    vocab_whole: int = 0  # the model's vocabulary, which a split logits head gathers its ranks' rows into
+    vocab_whole: int = 0  # the model's vocabulary, which a split logits or sampling head gathers its ranks' rows into
 
     @property
     def gathered(self) -> bool:
-        """A logits head over a split vocabulary: each rank's logits op writes its rows
-        (``logits_part``), which every rank gathers into the whole vocabulary's ``logits``."""
-        return self.ranks > 1 and not self.greedy
+        """A logits or sampling head over a split vocabulary: each rank's logits op writes its rows
+        (``logits_part``), which every rank gathers into the whole vocabulary's ``logits`` (and, to
+        sample, the whole vocabulary's tile parts). A greedy head's argmax reduces the ranks' own
+        tile maxima instead (``ranks_argmax_op``)."""
+        return self.ranks > 1 and (self.sampled or not self.greedy)
 
     @property
     def tiles(self) -> int:
         return -(-self.vocab // self.block_n)
+
+    @property
+    def out_vocab(self) -> int:
+        """The ids the head's logits and its argmax or sampler span: a rank's rows, or the whole
+        vocabulary where it is gathered."""
+        return self.vocab_whole if self.gathered else self.vocab
+
+    @property
+    def out_tiles(self) -> int:
+        """The tiles whose parts the argmax or sampler reads (of ``out_vocab``)."""
+        return -(-self.out_vocab // self.block_n)
 
 
 def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int, ranks: int = 1,
@@ -75,18 +87,18 @@ def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype:
 
 def head_regions(s: HeadShape) -> dict[str, Region]:
     logits_in = "norm" if s.norm_stage else "logits"
+    parts = "gather" if s.gathered else "logits"  # the op that writes the logits the ids are decided from
     regions = [Region("x_in", "io", "fp32", (s.x_parts, s.m, s.hidden), None, ()),
-               Region("logits_part", "scratch", "fp32", (s.m, s.vocab), "logits", ()) if s.gathered else
-               Region("logits", "io", "fp32", (s.m, s.vocab), "logits", (), CTA_LOCAL if s.greedy else None),
+               Region("logits", "io", "fp32", (s.m, s.out_vocab), parts, (), CTA_LOCAL if s.greedy else None),
                x_hat("x_hat", logits_in, "logits", s.dtypes.activations, s.m, s.hidden, s.grid, s.norm_stage)]
     if s.gathered:
-        regions.append(Region("logits", "io", "fp32", (s.m, s.vocab_whole), "gather", ()))
+        regions.append(Region("logits_part", "scratch", "fp32", (s.m, s.vocab), "logits", ()))
     if s.sampled:  # each tile's part of the rows' first draw (kernels/head._first_draw)
-        regions += [Region(name, "scratch", dtype, (s.m, s.tiles), "logits", ())
+        regions += [Region(name, "scratch", dtype, (s.m, s.out_tiles), parts, ())
                     for name, dtype in (("tile_z", "fp32"), ("tile_zarg", "i32"), ("tile_mass", "fp32"))]
     if s.greedy:
-        regions += [Region("tile_max", "scratch", "fp32", (s.m, s.tiles), "logits", ()),
-                    Region("tile_arg", "scratch", "i32", (s.m, s.tiles), "logits", ()),
+        regions += [Region("tile_max", "scratch", "fp32", (s.m, s.out_tiles), parts, ()),
+                    Region("tile_arg", "scratch", "i32", (s.m, s.out_tiles), parts, ()),
                     Region("next_ids", "io", "i32", (s.m,), "sample" if s.sampled else "argmax", ())]
         if s.tokens > 1:  # the verdict, in the op that decides the ids
             decides = "sample" if s.sampled else "argmax"
@@ -118,41 +130,47 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
     first_draw = tuple((n, arg[n] if s.sampled else None) for n in draw) + tuple(
         (n, v if s.sampled else None) for n, v in (("positions", positions), ("temperature", sampling["temperature"]),
                                                    ("seed", sampling["seed"])))
-    split = s.ranks > 1
+    # the tiles' parts come from the logits op, or, where the vocabulary is gathered, from the gather
+    parts_here, sampled_here = s.greedy and not s.gathered, s.sampled and not s.gathered
+    logits_bindings = (*(greedy if parts_here else (("tile_max", None), ("tile_arg", None))),
+                       *(first_draw if sampled_here else tuple((n, None) for n, _ in first_draw)),
+                       ("vocab_valid", Arg("vocab_valid", "i32", "rank") if s.ranks > 1 and parts_here else None),
+                       ("SAMPLED", sampled_here))
     ops.append(parallel.signalling(Op(
         "logits", "logits_op", "gemv_prefetch", s.tiles,
         f"{'x̂' if s.norm_stage else 'RMSNorm(x)'} · W_head rows (tiles of {s.block_n}), fp32 logits",
         (("x_ptr", arg[x]), ("X_PARTS", 1 if s.norm_stage else s.x_parts), ("norm_ptr", final_norm),
          ("x_hat_ptr", arg["x_hat"]), ("w_ptr", tensor("w_head", s.dtypes.weights, "model_weight")),
          ("w2_ptr", None), ("w3_ptr", None), ("SEGMENTS", 1), ("SEG1", s.vocab), ("SEG2", s.vocab),
-         ("logits", arg["logits_part" if s.gathered else "logits"]), *greedy, *first_draw,
-         ("vocab_valid", Arg("vocab_valid", "i32", "rank") if split else None), ("SAMPLED", s.sampled),
-         ("M_P", next_pow2(s.m)),
+         ("logits", arg["logits_part" if s.gathered else "logits"]), *logits_bindings, ("M_P", next_pow2(s.m)),
          ("TOKENS", s.tokens),
          ("V", s.vocab), ("N", s.vocab), ("K", h), ("K_P", p["H_P"]),
          ("M", s.m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]), ("SPLIT", 1), ("G", s.grid),
-         ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", s.greedy), ("GATED", False), ("INTER", 0),
+         ("EPS", p["EPS"]), ("NORM", not s.norm_stage), ("GREEDY", parts_here), ("GATED", False), ("INTER", 0),
          ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"]), ("NORM_ROWS", p["NORM_ROWS"])),
-        writes=(r["logits_part" if s.gathered else "logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
-        + (tuple(r[n] for n in draw) if s.sampled else ())
+        writes=(r["logits_part" if s.gathered else "logits"],) + ((r["tile_max"], r["tile_arg"]) if parts_here else ())
+        + (tuple(r[n] for n in draw) if sampled_here else ())
         + (() if s.norm_stage else (r["x_hat"],)),
-        reads=(x,) + (("logits",) if s.greedy else ()) + (() if s.norm_stage else ("x_hat",)),
+        reads=(x,) + (("logits",) if parts_here else ()) + (() if s.norm_stage else ("x_hat",)),
         needs=(Need(x, "every row's K columns" if s.norm_stage else "whole rows (each CTA norms them)"),),
         weights=(WeightStream("w_head", s.vocab, h, wb, s.block_n),)
         + (() if s.norm_stage else (WeightStream("final_norm", 1, h, wb),)),
         io_bytes=0 if s.gathered else s.m * s.vocab * 4, after_previous_launch=not s.norm_stage), parallel.SITE_LOGITS,
         s.ranks))
     if s.gathered:
-        ops.append(Op("gather", "gather_op", None, s.m * -(-s.vocab_whole // GATHER_BLOCK),
-                      f"(token row, {GATHER_BLOCK} ids): logits = every rank's logits_part side by side, less the "
-                      "vocabulary's padding",
-                      (*parallel.peer_args("peer", "logits_part", "fp32", s.ranks), ("out_ptr", arg["logits"]),
-                       ("M", s.m), ("V_RANK", s.vocab), ("VOCAB", s.vocab_whole), ("BV", GATHER_BLOCK),
-                       ("RANKS", s.ranks), ("G", s.grid),
+        ops.append(Op("gather", "gather_op", None, s.out_tiles,
+                      f"(tile of {s.block_n} ids, every row): logits = every rank's logits_part side by side, less "
+                      "the vocabulary's padding" + ("; then the tile's parts, as the logits op's" if s.greedy else ""),
+                      (*parallel.peer_args("peer", "logits_part", "fp32", s.ranks), ("logits", arg["logits"]),
+                       *greedy, *first_draw, ("M", s.m), ("V_RANK", s.vocab), ("VOCAB", s.vocab_whole),
+                       ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("RANKS", s.ranks), ("G", s.grid),
+                       ("PARTS", s.greedy), ("SAMPLED", s.sampled), ("M_P", next_pow2(s.m)), ("TOKENS", s.tokens),
                        *((k, v) for k, v in parallel.sync_bindings(s.ranks) if k in ("tp_counters", "rank"))),
-                      writes=(r["logits"],), reads=(), needs=(),
+                      writes=(r["logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
+                      + (tuple(r[n] for n in draw) if s.sampled else ()),
+                      reads=("logits",) if s.greedy else (), needs=(),
                       io_bytes=s.m * (s.ranks * s.vocab + s.vocab_whole) * 4,
-                      peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks), band_args=("M", "G")))
+                      peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks)))
     rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
     verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
                 ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
@@ -168,14 +186,14 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
                        *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
                        *sampling.items(), *verdict, ("draft_probs", q), ("DRAFT_PROBS", s.draft_probs),
-                       ("V", s.vocab), ("M", s.m), ("BN", s.block_n),
-                       ("TILES_P", max(p["TILES_P"], SAMPLE_CHUNK // s.block_n)),
+                       ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
+                       ("TILES_P", max(next_pow2(s.out_tiles), SAMPLE_CHUNK // s.block_n)),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
                       writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg", *draw, "logits"),
                       needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
-                      io_bytes=s.m * 4 + verdict_bytes + (rows * s.vocab * 4 if s.draft_probs else 0)))
-    elif s.greedy and split:
+                      io_bytes=s.m * 4 + verdict_bytes + (rows * s.out_vocab * 4 if s.draft_probs else 0)))
+    elif s.greedy and s.ranks > 1:
         ops.append(Op("argmax", "ranks_argmax_op", None, rows,
                       f"(row): reduce every rank's tile maxima to the greedy id{'s and the verdict' if verify else ''}",
                       (*parallel.peer_args("tile_max", "tile_max", "fp32", s.ranks),
