@@ -65,6 +65,17 @@ def _fix_interpreter() -> None:
         return plain_cast(self, src, dst_type)
 
     builder.create_dot, builder.cast_impl = create_dot, cast_impl
+    # A CPU tensor runs in place: its "host copy" is its own storage, which the interpreter copies
+    # back onto itself after each launch; skipped, so that ranks launched side by side
+    # (``InterpretedRanks``) do not write back a peer's counters as they were before its signals.
+    restore = interpreter.GridExecutor._restore_args_dev
+
+    def restore_args_dev(self, args_dev, args_hst, kwargs, kwargs_hst):
+        if all(not hasattr(a, "data_ptr") or a.device.type == "cpu" for a in (*args_dev, *kwargs.values())):
+            return
+        restore(self, args_dev, args_hst, kwargs, kwargs_hst)
+
+    interpreter.GridExecutor._restore_args_dev = restore_args_dev
     builder.create_fp_trunc = lambda self, src, dst_type: self.cast_impl(src, dst_type)
     builder._monobuild_bf16 = True
     # griddepcontrol.wait / launch_dependents (PDL): the interpreter's launches run one after another
@@ -125,16 +136,20 @@ class InterpretedStep:
 
 
 class InterpretedRanks:
-    """One band's staged step over every rank of a tensor-parallel plan, under the interpreter:
+    """One band's step over every rank of a tensor-parallel plan, under the interpreter. Staged:
     each launch runs on every rank, rank after rank, before the next launch, so an all-reduce's
     wait finds every rank's signals already counted (the interpreter runs one CTA at a time; a
-    wait for a rank that has not run would never return). ``weights[rank]`` and the caches are
-    each rank's shard (``runtime.shards``, its KV heads)."""
+    wait for a rank that has not run would never return). Persistent (a plan for one CTA): a
+    launch's all-reduce waits inside the launch for the peers' signals of the same launch, so
+    the ranks' launches run side by side, a thread each (``_side_by_side``). ``weights[rank]`` and
+    the caches are each rank's shard (``runtime.shards``, its KV heads)."""
 
-    def __init__(self, plan: Plan, band: Band, weights: list[PackedWeights], k_caches: list, v_caches: list):
+    def __init__(self, plan: Plan, band: Band, weights: list[PackedWeights], k_caches: list, v_caches: list,
+                 mode: str = "staged"):
         d, g = plan.recipe.deployment, plan.recipe.geometry
         tp = d.tp
-        self.ranks = [InterpretedStep(plan, band, weights[rank], k_caches[rank], v_caches[rank], "staged", tp.size)
+        self.mode = mode
+        self.ranks = [InterpretedStep(plan, band, weights[rank], k_caches[rank], v_caches[rank], mode, tp.size)
                       for rank in range(tp.size)]
         buffers = [r.buffers for r in self.ranks]
         for rank, r in enumerate(self.ranks):
@@ -144,6 +159,56 @@ class InterpretedRanks:
     def __call__(self, inputs: StepInputs) -> list[StepBuffers]:
         """Run the step on every rank; each rank's buffers (its logits are its vocabulary rows)."""
         for index in range(len(self.ranks[0].step.launches)):
-            for r in self.ranks:
-                r.launch(index, inputs)
+            if self.mode == "persistent":
+                _side_by_side([lambda r=r, k=index: r.launch(k, inputs) for r in self.ranks])
+            else:
+                for r in self.ranks:
+                    r.launch(index, inputs)
         return [r.buffers for r in self.ranks]
+
+
+def _side_by_side(launches) -> None:
+    """Run the ranks' launches of one step's launch at once, a thread each (the interpreter's
+    atomics are the runtime's; the GIL passes between the threads' spin-waits).
+
+    Triton's interpreter patches ``triton.language`` for each launch (and each jit function it
+    calls) and restores it when the launch returns, which would pull the language from under a
+    launch still running in another thread: here each patch is made under a lock and its restore
+    is held until every thread has returned, then all are restored, last first. Every launch has
+    one CTA (the interpreter's CTA index is one global)."""
+    import threading
+
+    from triton.runtime import interpreter
+
+    class _Held:
+        def restore(self):
+            pass
+
+    patch, lock, scopes = interpreter._patch_lang, threading.Lock(), []
+
+    def held_patch(fn):
+        with lock:
+            scopes.append(patch(fn))
+        return _Held()
+
+    interpreter._patch_lang = held_patch
+    failures: list[BaseException] = []
+
+    def run(launch):
+        try:
+            launch()
+        except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+            failures.append(e)
+
+    try:
+        threads = [threading.Thread(target=run, args=(launch,)) for launch in launches]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        interpreter._patch_lang = patch
+        for scope in reversed(scopes):
+            scope.restore()
+    if failures:
+        raise failures[0]

@@ -182,21 +182,16 @@ def deployment_from_doc(doc: dict, src: str) -> Deployment:
         debug_wait_spins=_int(src, "debug_wait_spins", doc.get("debug_wait_spins", 0), minimum=0),
         stage_clock=_bool(src, "stage_clock", doc.get("stage_clock", False)),
         draft_probs=_draft_probs(src, doc, head),
-        tensor_parallel=_tensor_parallel(src, doc, modes),
+        tensor_parallel=_tensor_parallel(src, doc),
     )
 
 
-def _tensor_parallel(src: str, doc: dict, modes: tuple[str, ...]) -> int:
-    """``tensor_parallel``: the ranks the model is split over. What the programs serve split so
-    far: staged programs (the all-reduce between launches)."""
+def _tensor_parallel(src: str, doc: dict) -> int:
+    """``tensor_parallel``: the ranks the model is split over (a model that does not split is
+    refused with its reason, ``_refuse_unserved``)."""
     n = _int(src, "tensor_parallel", doc.get("tensor_parallel", 1))
     if n not in PARALLEL_SIZES:
         raise InputError(src, "tensor_parallel", f"expected one of {', '.join(map(str, PARALLEL_SIZES))}, got {n}")
-    if n == 1:
-        return n
-    if "persistent" in modes:
-        raise InputError(src, "modes", f"tensor_parallel {n} is served by staged programs so far (the all-reduce "
-                                       "inside a persistent layer program is not built): modes: [staged]")
     return n
 
 

@@ -116,9 +116,9 @@ class Tiling:
         persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
         hold whole tiles, bf16 experts in a routed layer, k and v whole tiles, heads of a power of
         two up to ``executor.HEAD_DIM``); the table must not ask for it where it cannot be."""
-        if not entry.streaming:
-            return False
         d = self.recipe.deployment
+        if not entry.streaming or d.tensor_parallel > 1:  # the cross-rank ops are the Triton executor's
+            return False
         if not d.target.is_nvidia:
             raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
                                                                 f"TMA), not {d.target.name}")

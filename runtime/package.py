@@ -179,6 +179,10 @@ class Package:
         mode = mode or self.modes[0]
         if mode not in self.modes:
             raise PackageError(f"{self.path}: mode {mode!r} is not in the package (it has {', '.join(self.modes)})")
+        if mode == "persistent":
+            raise PackageError(f"{self.path}: the ranks' persistent layer programs each fill the device and wait "
+                               "for each other inside it, so on one device only mode 'staged' runs; bind one rank a "
+                               "GPU with bind(..., group=)")
         g = tp.rank_geometry(self.geometry)
         packed = [w if isinstance(w, PackedWeights) else self.bind_weights(w, g) for w in weights]
         caches = [as_kv_cache(c, g, self.block_size, self.kv_dtype, self.device) for c in kv_caches]

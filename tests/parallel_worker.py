@@ -22,6 +22,7 @@ from monobuild.compiler.interpret import InterpretedRanks
 from monobuild.compiler.ops.head import MAX_ROUNDS
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
+from monobuild.compiler.schedule import load_schedule, parse_schedule
 from monobuild.runtime.buffers import Sampling, StepInputs
 from monobuild.runtime.hangs import WaitTimeout, check_ranks_hang_logs
 from monobuild.runtime.shards import shard_state_dict
@@ -37,9 +38,10 @@ def main(case: dict, workdir: Path) -> dict:
     config = json.loads((Path(__file__).parent / "data" / case["config"]).read_text())
     config.update(case.get("config_changes", {}))
     (workdir / "config.json").write_text(json.dumps(config))
-    doc = {"config": "config.json", "target": "sm_90", "sm_count": 4, "dtype": dtype,
+    mode = case.get("mode", "staged")  # persistent: planned for one CTA (the interpreter's ranks side by side)
+    doc = {"config": "config.json", "target": "sm_90", "sm_count": 1 if mode == "persistent" else 4, "dtype": dtype,
            "kv_cache": {"dtype": dtype, "block_size": 16}, "bands": [rows] if tokens == 1 else [1],
-           "max_context": 512, "head": case.get("head", "ids"), "modes": ["staged"], "tensor_parallel": n,
+           "max_context": 512, "head": case.get("head", "ids"), "modes": [mode], "tensor_parallel": n,
            "debug_wait_spins": case.get("debug_wait_spins", 0)}
     if tokens > 1:
         doc["verify"] = {"rows": rows, "tokens": tokens}
@@ -70,8 +72,11 @@ def main(case: dict, workdir: Path) -> dict:
     ref_k, ref_v = [c.clone() for c in k_caches], [c.clone() for c in v_caches]
     ref = reference_step(g, pack_hf_state_dict(sd, g, t), ref_k, ref_v, ids, positions, tables, ctx, tokens)
 
-    plan = plan_recipe(recipe)
-    step = InterpretedRanks(plan, band, weights, rank_k, rank_v)
+    schedule = load_schedule("sm_90")
+    if mode == "persistent":
+        schedule = parse_schedule({"defaults": {**schedule.defaults.__dict__, "ctas_per_sm": 1}}, "one CTA")
+    plan = plan_recipe(recipe, schedule)
+    step = InterpretedRanks(plan, band, weights, rank_k, rank_v, mode)
     sampling = None
     if recipe.deployment.head == "sample":  # the rows' settings: greedy, over every id, within top-k / top-p
         settings = [SAMPLING[(case["seed"] + b) % len(SAMPLING)] if b else SAMPLING[0] for b in range(rows)]
@@ -106,7 +111,8 @@ def main(case: dict, workdir: Path) -> dict:
     second = [b.tp_counters.clone() for b in again]
     next_ids = [b.next_ids.tolist() for b in ranks]
     # each rank's tile maxima leave its padding rows of the vocabulary out (their logits are 0)
-    head = next(p for p in plan.programs if p.name == f"head.{band.name}.logits")
+    head = next(p for p in plan.programs if p.kind == "head" and p.band == band and any(
+        op.name == "logits" for op in p.ops))
     bn = head.param("BN")
     masked = True
     for rank, b in enumerate(ranks):
@@ -143,6 +149,11 @@ def main(case: dict, workdir: Path) -> dict:
         "counters_first": [c.tolist() for c in first],
         "counters_second": [c.tolist() for c in second],
         "launches": [x.program for x in step.ranks[0].step.launches],
+        # a step's signals into each site from each rank, as the plan declares them: a count per
+        # CTA of each launch whose program signals the site
+        "planned_signals": [sum(plan.program(x.program).grid for x in step.ranks[0].step.launches
+                                for c in plan.program(x.program).cross_rank if c.kind == "signal" and c.site == site)
+                            for site in range(4)],
         "grids": {p.name: p.grid for p in plan.programs},
         **verdict,
     }

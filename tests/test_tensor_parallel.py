@@ -337,6 +337,44 @@ def test_the_reported_footprint_of_a_rank_is_what_binding_it_allocates(tiny_reci
 
 
 @pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
+@pytest.mark.parametrize("config", ["tiny-llama.json", "tiny-qwen3-moe.json"])
+def test_persistent_split_programs_keep_every_contract(tiny_recipe, tmp_path, target, config):
+    """Both modes split over 2 ranks: a persistent layer program signals its o and down sites
+    before its own edges out of them, and its all-reduces wait on those edges, then on the
+    ranks' signals (the Triton executor: the streaming one has no cross-rank ops)."""
+    shutil.copy(DATA / config, tmp_path / config)
+    recipe = _tp_recipe(tiny_recipe, config=config, modes=["persistent", "staged"], bands=[1], verify=None)
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
+                                       "--quiet", "--target", target, "--sm-count", "4"])
+    assert result.exit_code == 0, result.output
+    package = tmp_path / "out" / "tiny" / target
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+    kind = "moe" if "moe" in config else "layer"
+    layer = next(p for p in read_manifest(package).programs if p.name == f"{kind}.r1t1.persistent")
+    down = "experts_down" if kind == "moe" else "down"
+    assert [(c.op, c.kind, c.site) for c in layer.cross_rank] == [
+        ("o", "signal", 1), ("reduce_o", "wait", 1), (down, "signal", 2), (f"reduce_{down}", "wait", 2)]
+    assert {(s.producer, s.consumer) for s in layer.syncs} >= {("o", "reduce_o"), (down, f"reduce_{down}")}
+
+
+def test_every_rank_on_one_device_runs_only_the_staged_programs(tiny_recipe, tmp_path):
+    """bind_ranks of a split package's persistent mode is refused with the reason: each rank's
+    persistent grid fills the device and waits for its peers' inside it (the package is never
+    launched here: no GPU)."""
+    from monobuild.runtime import PackageError
+    from monobuild.runtime.package import Package
+
+    recipe = _tp_recipe(tiny_recipe, modes=["persistent", "staged"], bands=[1], verify=None)
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2", "-q"])
+    assert result.exit_code == 0, result.output
+    path = tmp_path / "out" / "tiny" / "sm_90"
+    package = Package(path, read_manifest(path), torch.device("cpu"), {})
+    with pytest.raises(PackageError, match="on one device only mode 'staged' runs"):
+        package.bind_ranks([{}, {}], [None, None], "persistent")
+
+
+@pytest.mark.parametrize("target", ["sm_90", "gfx942", "gfx950"])
 @pytest.mark.parametrize("ranks", [4, 8])
 def test_four_and_eight_ranks_compile_and_keep_every_contract(tiny_recipe, tmp_path, target, ranks):
     """The wider splits on every target (a 1-row band: the programs' shapes, not the bands, are
@@ -493,6 +531,14 @@ SPLIT_CASES = [
     ("tiny-qwen3-moe.json", "fp32", 2, 1, [40, 9], 2, {}),
     ("tiny-qwen3-moe.json", "bf16", 1, 3, [50], 4, {}),
 ]
+# persistent programs, planned for one CTA: each rank's all-reduces wait inside its layer program
+# for the peers' launches, which run side by side (a thread each)
+SPLIT_CASES += [(*case, "persistent") for case in (
+    ("tiny-llama.json", "fp32", 2, 1, [60, 17], 2, {}),
+    ("tiny-qwen3.json", "bf16", 1, 3, [70], 4, {}),
+    ("tiny-qwen3-moe.json", "fp32", 2, 1, [40, 9], 2, {"vocab_size": 500}),
+)]
+SPLIT_CASES = [case if len(case) == 8 else (*case, "staged") for case in SPLIT_CASES]
 
 
 def _interpreted(case: dict, tmp_path: Path) -> dict:
@@ -503,17 +549,17 @@ def _interpreted(case: dict, tmp_path: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,ranks,changes", SPLIT_CASES,
-                         ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}-tp{c[5]}" for c in SPLIT_CASES])
+@pytest.mark.parametrize("config,dtype,rows,tokens,context_lens,ranks,changes,mode", SPLIT_CASES,
+                         ids=[f"{c[0].split('.')[0]}-{c[1]}-r{c[2]}t{c[3]}-tp{c[5]}-{c[7]}" for c in SPLIT_CASES])
 def test_the_ranks_interpreted_step_matches_the_reference(config, dtype, rows, tokens, context_lens, ranks, changes,
-                                                          tmp_path):
-    """Every rank's staged programs on its shard, launch by launch across the ranks: the logits
+                                                          mode, tmp_path):
+    """Every rank's programs on its shard, launch by launch across the ranks: the logits
     (the ranks' vocabulary rows side by side) within the dtype's bound of the whole model's
     float64 step, the same ids, verdict and hidden state bits on every rank, the padding rows of
     the vocabulary left out of the argmax even where they would win it, each rank's KV heads
     appended, and the cross-rank counters one count per CTA of each site's producer a step."""
     case = {"config": config, "dtype": dtype, "rows": rows, "tokens": tokens, "context_lens": context_lens,
-            "ranks": ranks, "config_changes": changes, "seed": int.from_bytes(os.urandom(4), "little")}
+            "ranks": ranks, "config_changes": changes, "seed": int.from_bytes(os.urandom(4), "little"), "mode": mode}
     result = _interpreted(case, tmp_path)
     assert result["unwritten_logits"] == 0, f"{case}: logits left poisoned"
     assert result["rel_err"] <= {"fp32": 1e-4, "bf16": 1e-2}[dtype], f"{case}: {result}"
@@ -522,12 +568,7 @@ def test_the_ranks_interpreted_step_matches_the_reference(config, dtype, rows, t
     assert result["kv_rel_err"] <= {"fp32": 1e-6, "bf16": 2**-7}[dtype], f"{case}: {result}"
     if tokens > 1:
         assert result["verdicts_same"] and result["verdict_ok"], f"{case}: {result}"
-    producers = {"embed": 0, "o": 1, "down": 2, "experts_down": 2, "logits": 3}  # the op that signals each site
-    per_step = [0] * 4  # a step's signals into each site, from every rank: a count per CTA of its producer launches
-    for program in result["launches"]:
-        op = program.rsplit(".", 1)[1] if program.count(".") > 1 else program.split(".")[0]
-        if op in producers:
-            per_step[producers[op]] += result["grids"][program]
+    per_step = result["planned_signals"]  # the embedding's, o's and down's of every layer, the logits'
     assert all(per_step), per_step
     for step, counters in enumerate((result["counters_first"], result["counters_second"]), start=1):
         for rank_counters in counters:

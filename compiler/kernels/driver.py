@@ -131,15 +131,17 @@ def op_lines(spec: DriverSpec, spelling: Spelling, body) -> list[str]:
         lines.append(f"    {body(op, pre)}")
         if clock:
             lines.append("    " + spelling.clock_end.format(slot=2 + 2 * op.index, slots=spec.clock_slots))
+        if op.peer_signal is not None:
+            # before the op's own edge: a consumer past that edge finds this CTA's cross-rank signal
+            # in its rank's slot, which is the count a cross-rank wait takes as its target
+            site, ranks = op.peer_signal
+            peers = ", ".join(f"tp_counters_peer{s}" if s < ranks else "None" for s in range(PEER_SLOTS))
+            lines.append(f"    peer_signal({peers}, rank, {site}, {ranks}, {PEER_SLOTS})")
         if op.signal_edge is not None:
             if not epoch_read:
                 lines.append("    " + spelling.epoch.format(grid=spec.grid))
                 epoch_read = True
             lines.append(f"    signal(counters + {op.signal_edge})")
-        if op.peer_signal is not None:
-            site, ranks = op.peer_signal
-            peers = ", ".join(f"tp_counters_peer{s}" if s < ranks else "None" for s in range(PEER_SLOTS))
-            lines.append(f"    peer_signal({peers}, rank, {site}, {ranks}, {PEER_SLOTS})")
     return lines
 
 

@@ -20,8 +20,8 @@ def reduce_op(pid, pre, residual_ptr, RES_PARTS: tl.constexpr, peer0, peer1, pee
         c = (task % CHUNKS) * BH + tl.arange(0, BH)
         mask = c < H
         acc = tl.zeros([BH], tl.float32)
-        for p in tl.static_range(RES_PARTS):
-            acc += tl.load(residual_ptr + p * M * H + m * H + c, mask=mask, other=0.0)
+        for p in tl.static_range(RES_PARTS):  # past the L1: in a persistent program another CTA wrote it
+            acc += tl.load(residual_ptr + p * M * H + m * H + c, mask=mask, other=0.0, cache_modifier=".cg")
         for s in tl.static_range(RANKS):
             part = peer(s, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7)
             for p in tl.static_range(PARTS):

@@ -168,7 +168,8 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        *((k, v) for k, v in parallel.sync_bindings(s.ranks) if k in ("tp_counters", "rank"))),
                       writes=(r["logits"],) + ((r["tile_max"], r["tile_arg"]) if s.greedy else ())
                       + (tuple(r[n] for n in draw) if s.sampled else ()),
-                      reads=("logits",) if s.greedy else (), needs=(),
+                      reads=("logits_part",) + (("logits",) if s.greedy else ()),
+                      needs=(Need("logits_part", "every CTA's tiles of this rank"),),
                       io_bytes=s.m * (s.ranks * s.vocab + s.vocab_whole) * 4,
                       peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks)))
     rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
@@ -201,7 +202,11 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        *verdict, ("V", s.vocab), ("M", s.m), ("BN", s.block_n), ("TILES_P", p["TILES_P"]),
                        ("G", s.grid), ("TOKENS", s.tokens), ("T_P", next_pow2(s.tokens)), ("RANKS", s.ranks),
                        *((k, v) for k, v in parallel.sync_bindings(s.ranks) if k in ("tp_counters", "rank"))),
-                      writes=(r["next_ids"], *verdict_regions), reads=(), needs=(),
+                      # this rank's own tile parts, read with the peers': in a persistent program an
+                      # edge from the logits op, whose count the cross-rank wait takes
+                      writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg"),
+                      needs=(Need("tile_max", "every CTA's tiles of this rank"),
+                             Need("tile_arg", "every CTA's tiles of this rank")),
                       io_bytes=s.m * 4 * (1 + 2 * s.ranks * s.tiles) + verdict_bytes,
                       peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks)))
     elif s.greedy:

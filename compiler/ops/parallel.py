@@ -78,7 +78,10 @@ def reduce_op(name: str, partial: Region, residual: Region | None, out: Region, 
         (("residual_ptr", res_arg), ("RES_PARTS", res), *peer_args("peer", partial.name, "fp32", ranks), ("PARTS", parts),
          ("out_ptr", out_arg), ("M", m), ("H", h), ("BH", block), ("RANKS", ranks), ("G", grid),
          *((k, v) for k, v in sync_bindings(ranks) if k in ("tp_counters", "rank"))),
-        writes=(out,), reads=(residual.name,) if residual else (),
-        needs=(Need(residual.name, "the task's columns"),) if residual else (),
+        writes=(out,), reads=(partial.name,) + ((residual.name,) if residual else ()),
+        # this rank's own partial, read with the peers' (through its peer argument): in a
+        # persistent program an edge from the producer, whose count the cross-rank wait takes
+        needs=(Need(partial.name, "every CTA's part of this rank's partial"),)
+        + ((Need(residual.name, "the task's columns"),) if residual else ()),
         io_bytes=io_bytes or (ranks * parts + res + 1) * m * h * 4, peer_wait=CrossRank(site, ranks),
         releases_next_launch=releases_next_launch, band_args=("M", "G"))
