@@ -668,3 +668,13 @@ def test_a_rank_that_cannot_bind_is_refused_on_every_rank(split_packages, tmp_pa
     assert raised[0] == raised[1], raised
     assert raised[0].startswith("PackageError: binding the ranks was refused: rank 1: WeightError: "), raised[0]
     assert "model.layers.1.mlp.down_proj.weight" in raised[0] and "rank 0" not in raised[0]
+
+
+def test_the_parallel_bench_needs_a_gpu_a_rank(split_packages):
+    """``tools/parallel_bench.py`` (the two-GPU targets' command) says what it lacks on a machine
+    without the GPUs, exit code 2, before it loads anything."""
+    root = Path(__file__).resolve().parent.parent
+    proc = subprocess.run([sys.executable, str(root / "tools" / "parallel_bench.py"), "--split",
+                           str(split_packages["sm_90"]), "--whole", str(split_packages["sm_90"])],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "2 ranks, 0 GPUs visible" in proc.stderr, proc.stderr
