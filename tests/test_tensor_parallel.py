@@ -173,7 +173,6 @@ def _tp_recipe(tiny_recipe, **overrides):
 
 @pytest.mark.parametrize("overrides,message", [
     ({"tensor_parallel": 3}, "tensor_parallel: expected one of 1, 2, 4, 8, got 3"),
-    ({"modes": ["persistent", "staged"]}, "modes: tensor_parallel 2 is served by staged programs so far"),
     ({"tensor_parallel": 8, "verify": None}, "tensor_parallel 8: 4 query heads do not split over 8 ranks"),
 ])
 def test_a_split_the_programs_do_not_serve_is_refused_in_one_line(tiny_recipe, overrides, message):
