@@ -84,19 +84,28 @@ def stream_rows(num_warps: int) -> int:
     return WARP_ROWS * num_warps
 
 
-def shared_other(num_warps: int, query_rows: int, head_dim: int, routing_slots: int = 0) -> int:
+def shared_other(num_warps: int, query_rows: int, head_dim: int, routing_slots: int = 0, experts: int = 0,
+                 m: int = 0) -> int:
     """Shared memory a streaming CTA needs besides its rings: the scratch of attention's merge of
     its warps' softmax states (one fp32 [query rows, head_dim] a warp: 16 KB of the 17.4 KB that
     Llama-3.2-1B's 1-row program takes, compiled) and of the other layout conversions; a routed
-    layer's slot table (i32) and its mbarrier."""
-    return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH + (4 * routing_slots + 8 if routing_slots else 0)
+    layer's slot table (i32), its mbarrier and its rows' routing weights (fp32 [experts, the
+    band's m rows padded as an activation chunk's])."""
+    routing = 4 * routing_slots + 8 + 4 * experts * activation_rows(m) if routing_slots else 0
+    return num_warps * query_rows * head_dim * 4 + SHARED_SCRATCH + routing
+
+
+def activation_rows(m: int) -> int:
+    """An activation chunk's rows for a band of ``m`` token rows: padded to a power of two, at
+    least the product's 8 columns."""
+    return max(8, 1 << (m - 1).bit_length())
 
 
 def ring(slots_wanted: int, num_warps: int, block_k: int, m: int, other: int, weight: str = DTYPE) -> Ring:
     """The rings of a streaming program whose CTA needs ``other`` bytes of shared memory besides
     them: as many weight slots as the table asks for (its ``stream_slots``; 0: no limit) and
     shared memory holds, at least two; units of ``block_k`` columns of ``weight``."""
-    x_rows = max(8, 1 << (m - 1).bit_length())
+    x_rows = activation_rows(m)
     one = Ring(1, stream_rows(num_warps), block_k, X_DEPTH, x_rows, LOADER_REGS, weight)
     budget = SHARED_MAX - other
     fits = (budget - one.shared_bytes) // (one.unit_bytes + 16) + 1
@@ -161,6 +170,12 @@ def gated_halves(n: int, rows: int, grid: int) -> bool:
     return most(rows // 2) < most(rows)
 
 
+def unit_cols(unit: Ring, dtype: str) -> int:
+    """A GEMV's K chunk for a weight of ``dtype``: the ring unit's columns, or as many as its bytes
+    hold (a bf16 router's chunks in an FP8 checkpoint's E4M3 units: half as many columns)."""
+    return unit.cols * DTYPE_BYTES[unit.weight] // DTYPE_BYTES[dtype]
+
+
 #: A GEMV's parameters for the tensors its weight is held as (``ops/dense.Projection``).
 WEIGHT_SLOTS = ("w_ptr", "w2_ptr", "w3_ptr")
 
@@ -183,9 +198,10 @@ def streamed(ops: tuple[Op, ...], unit: Ring) -> tuple[Op, ...]:
                 raise ValueError(f"op {op.name}: its tensors start at rows {bounds}, not at multiples of its "
                                  f"{unit.rows}-row units, so a unit would span two of them")
             box_rows = unit.rows // 2 if halves else unit.rows
-            swap = {k: Arg(w.name, tensordesc_type(w.type.lstrip("*"), box_rows, unit.cols), w.role)
-                    for k, w in tensors.items()}
-            swap["BK"] = unit.cols
+            dtype = op.binding("w_ptr").type.lstrip("*")
+            cols = unit_cols(unit, dtype)
+            swap = {k: Arg(w.name, tensordesc_type(dtype, box_rows, cols), w.role) for k, w in tensors.items()}
+            swap["BK"] = cols
             op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings) + (("HALVES", halves),))
             if halves:
                 n, split = op.binding("N"), op.binding("SPLIT")

@@ -210,13 +210,14 @@ class Planner:
         regions, ops = (moe_layer_regions, moe_layer_ops) if routed else (layer_regions, layer_ops)
         declared = regions(shape(full_grid))
         programs = self._moded(kind, band, mode, lambda grid: ops(shape(grid)), declared, full_grid, cx, entry)
-        return self._streamed(band, entry, cx, programs, declared) if self.tiling.streams(entry, mode, kind) else programs
+        return self._streamed(band, entry, cx, programs, declared) if self.tiling.streams(entry, mode) else programs
 
     def _streamed(self, band: Band, entry: ScheduleEntry, cx: dict, programs: tuple[ProgramPlan, ...],
                   declared: dict) -> tuple[ProgramPlan, ...]:
         """The persistent layer programs (dense or routed) as the streaming executor runs them."""
         g, d = self.recipe.rank_geometry, self.recipe.deployment
-        other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim, cx.get("SLOTS_P", 0))
+        other = executor.shared_other(entry.num_warps, cx["QP"], g.head_dim, cx.get("SLOTS_P", 0), cx.get("E_P", 0),
+                                      band.m)
         rings = executor.ring(entry.stream_slots, entry.num_warps, self.tiling.stream_block_k(entry), band.m, other,
                               d.dtypes.projection)
         kv_tile = executor.kv_tile_tokens(rings, g.head_dim, d.kv_cache.block_size)

@@ -77,16 +77,16 @@ class Tiling:
         ones. down's is the band's, whatever the kind (``down_split``)."""
         g = self.recipe.rank_geometry
         entry = self.entry(kind, band)
-        grid, bn, bk = self.gemv_tiling(entry, kind)
+        grid, bn, bk = self.gemv_tiling(entry)
         tiles = -(-g.hidden // bn)
         qkv = split_k(-(-g.qkv_rows // bn), g.hidden, bk, grid, entry.max_split_qkv)
         o = split_k(tiles, g.q_heads * g.head_dim, bk, grid, entry.max_split_k)
         router = split_k(-(-g.experts.count // bn), g.hidden, bk, grid, entry.max_split_k) if kind == "moe" else 1
         return KSplits(qkv, o, self.down_split(band), router)
 
-    def gemv_tiling(self, entry: ScheduleEntry, kind: str = "layer") -> tuple[int, int, int]:
-        """A ``kind`` layer program's grid, GEMV output rows a task and K chunk."""
-        bk = self.stream_block_k(entry) if self.streams(entry, "persistent", kind) else self.block_k(entry)
+    def gemv_tiling(self, entry: ScheduleEntry) -> tuple[int, int, int]:
+        """A layer program's grid, GEMV output rows a task and K chunk."""
+        bk = self.stream_block_k(entry) if self.streams(entry, "persistent") else self.block_k(entry)
         return self.recipe.deployment.sm_count * entry.ctas_per_sm, self.block_n(entry), bk
 
     def down_split(self, band: Band) -> int:
@@ -100,7 +100,7 @@ class Tiling:
             grid, bn, bk = self.gemv_tiling(self.entry("layer", band))
             return split_k(-(-g.hidden // bn), g.intermediate, bk, grid, self.entry("layer", band).max_split_k)
         e, entry = g.experts, self.entry("moe", band)
-        grid, bn, bk = self.gemv_tiling(entry, "moe")
+        grid, bn, bk = self.gemv_tiling(entry)
         down = split_k(-(-g.hidden // bn), e.top_k * -(-e.intermediate // bk) * bk, bk, grid, entry.max_split_k)
         dense_bk = self.gemv_tiling(self.entry("layer", band))[2]
         while down > 1 and dense and g.intermediate % (down * dense_bk):
@@ -111,13 +111,14 @@ class Tiling:
         """A layer GEMV's output rows a task: the table's, or the streaming executor's tile."""
         return executor.stream_rows(entry.num_warps) if entry.streaming else entry.block_n
 
-    def streams(self, entry: ScheduleEntry, mode: str, kind: str = "layer") -> bool:
-        """Whether the band's ``kind`` layer program in ``mode`` is the streaming executor's (sm_90,
-        persistent, bf16 activations and KV cache, bf16 or FP8 projections whose scale blocks
-        hold whole tiles, bf16 experts in a routed layer, k and v whole tiles, heads of a power of
-        two up to ``executor.HEAD_DIM``); the table must not ask for it where it cannot be."""
+    def streams(self, entry: ScheduleEntry, mode: str) -> bool:
+        """Whether the band's layer program in ``mode`` is the streaming executor's (sm_90,
+        persistent, bf16 activations and KV cache, bf16 or FP8 projections and experts whose scale
+        blocks hold whole tiles, k and v whole tiles, heads of a power of two up to
+        ``executor.HEAD_DIM``, one rank: the cross-rank ops are the Triton executor's); the table
+        must not ask for it where it cannot be."""
         d = self.recipe.deployment
-        if not entry.streaming or d.tensor_parallel > 1:  # the cross-rank ops are the Triton executor's
+        if not entry.streaming or d.tensor_parallel > 1:
             return False
         if not d.target.is_nvidia:
             raise InputError(self.schedule.source, "streaming", f"the streaming executor is written for sm_90 (Gluon, "
@@ -133,8 +134,6 @@ class Tiling:
         rows = executor.stream_rows(entry.num_warps)
         if d.quant is not None and d.quant.block_rows % rows:
             return False  # a streamed unit's rows share one scale row; the Triton executor scales per row
-        if d.quant is not None and kind == "moe":
-            return False  # the streaming loader's expert units carry no scales; the Triton executor's do
         if self.recipe.rank_geometry.kv_heads * self.recipe.rank_geometry.head_dim % rows:
             return False  # a unit would span two of q, k, v (the Triton executor reads any row of any of them)
         head_dim = self.recipe.rank_geometry.head_dim

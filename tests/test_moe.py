@@ -95,9 +95,11 @@ def test_an_fp8_routed_checkpoint_reads_its_experts_in_fp8_with_their_scales(tmp
     assert moe.param("BK") <= 64  # a chunk lies in one scale block's columns
 
 
-def test_fp8_routed_layers_run_on_the_triton_executor_where_the_table_streams(tmp_path):
-    """The streaming loader's expert units carry no scales: a routed FP8 program falls back to the
-    Triton executor even where its entry streams, and the dense layers of the model still stream."""
+def test_fp8_routed_layers_stream_e4m3_experts_and_the_bf16_router_in_the_same_ring(tmp_path):
+    """Where the table streams, an FP8 checkpoint's routed program is the streaming executor's: its
+    ring's units are E4M3, the experts' boxes as wide as a unit, and the router (bf16) streams the
+    same bytes a unit as half the columns."""
+    from monobuild.compiler.executor import tensordesc_block
     from monobuild.compiler.schedule import load_schedule, parse_schedule
 
     shipped = load_schedule("sm_90")
@@ -105,8 +107,15 @@ def test_fp8_routed_layers_run_on_the_triton_executor_where_the_table_streams(tm
            "entries": [{"match": {"kind": kind}, "set": {"streaming": 1, "ctas_per_sm": 1, "block_k": 64}}
                        for kind in ("layer", "moe")]}
     plan = plan_recipe(load_recipe(_fp8_routed_recipe(tmp_path, block=(64, 64))), parse_schedule(doc, "table"))
-    assert plan.program("moe.r1t1.persistent").executor == "triton"
-    assert plan.program("layer.r1t1.persistent").executor == "gluon"
+    moe = plan.program("moe.r1t1.persistent")
+    assert moe.executor == plan.program("layer.r1t1.persistent").executor == "gluon"
+    assert moe.ring.weight == "fp8e4nv"
+    ops = {op.name: op for op in moe.ops}
+    cols = moe.ring.cols
+    assert tensordesc_block(ops["experts_down"].binding("w_ptr").type) == ("fp8e4nv", (moe.ring.rows, cols))
+    assert tensordesc_block(ops["experts_up"].binding("w_ptr").type) == ("fp8e4nv", (moe.ring.rows // 2, cols))
+    assert tensordesc_block(ops["router"].binding("w_ptr").type) == ("bf16", (moe.ring.rows, cols // 2))
+    assert ops["router"].binding("BK") == cols // 2 and ops["experts_up"].binding("QUANT")
 
 
 def test_an_fp8_routed_checkpoint_whose_experts_split_a_scale_block_is_refused(tmp_path):

@@ -18,7 +18,8 @@ Both sides derive the stream from the same op list, so they agree on every unit'
 by construction: unit i is in slot i mod slots, completing phase (i div slots) mod 2. A routed
 layer's program also allocates the step's slot table (``slot_table``) and the mbarrier the compute
 warps arrive on once they have routed (``routed_bar``), which the loader waits on before the experts'
-units (``moe.py``): the one place where the stream depends on what the launch computes.
+units (``moe.py``): the one place where the stream depends on what the launch computes; and the
+rows' routing weights (``routing_weights``), which experts_up's tasks read from shared memory.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Streamed:
     compute: str  # the compute warps' body: takes the rings (and the prefetch's result), returns the stream's place
     loader: str  # the loader's walk of the op's units
     prefetch: str | None = None  # what the compute warps load before the op's wait, if anything
-    routed: bool = False  # both functions also take the step's slot table and its mbarrier (ROUTING)
+    routed: bool = False  # both functions also take the step's slot table, its mbarrier and the weights (ROUTING)
+    body_routes: bool = False  # its compute function routes the band's rows (and so binds E_P)
 
     @property
     def loader_head(self) -> tuple[str, ...]:
@@ -64,7 +66,7 @@ GL_DTYPES = {"bf16": "gl.bfloat16", "fp8e4nv": "gl.float8e4nv"}
 #: Triton-executor body → the streaming executor's functions for it.
 STREAMED = {"gemv_op": Streamed("stream_gemv", "load_weights"),
             "attention_op": Streamed("stream_attention", "load_kv", "stream_attention_prefetch"),
-            "experts_up_op": Streamed("stream_experts_up", "load_experts_up", routed=True),
+            "experts_up_op": Streamed("stream_experts_up", "load_experts_up", routed=True, body_routes=True),
             "experts_down_op": Streamed("stream_experts_down", "load_experts_down", routed=True)}
 #: What each partition takes before the kernel's own arguments (the rings the kernel allocates).
 LOADER_RINGS = ("pid", "ring", "ready", "empty")
@@ -73,16 +75,18 @@ COMPUTE_RINGS = (*LOADER_RINGS, "xring")
 #: partition's rings and ``i``, the CTA's place in its weight stream (returned advanced).
 LOADER_HEAD = ("pid", "i", *LOADER_RINGS[1:])
 COMPUTE_HEAD = ("pid", "i", *COMPUTE_RINGS[1:])
-#: What a routed program's partitions and routed ops take besides: the slot table, its mbarrier.
-ROUTING = ("slot_table", "routed_bar")
+#: What a routed program's partitions and routed ops take besides: the slot table, its mbarrier,
+#: the band's rows' routing weights ([experts, rows], fp32: each expert's column of the routing).
+ROUTING = ("slot_table", "routed_bar", "routing_weights")
 
 
-def _routing_slots(spec: DriverSpec) -> int:
-    """The slot table's entries (its ops' SLOTS_P), 0 where no op is routed."""
+def _routing(spec: DriverSpec) -> tuple[int, int]:
+    """The slot table's entries and the routing's experts (its ops' SLOTS_P and E_P), (0, 0)
+    where no op is routed."""
     for op in spec.ops:
-        if op.streamed is not None and STREAMED[_body_of(op)].routed:
-            return dict(op.body_args)["SLOTS_P"]
-    return 0
+        if op.streamed is not None and STREAMED[_body_of(op)].body_routes:
+            return dict(op.body_args)["SLOTS_P"], dict(op.body_args)["E_P"]
+    return 0, 0
 
 
 def _body_of(op) -> str:
@@ -139,13 +143,15 @@ def program_source(spec: DriverSpec, ring: Ring) -> str:
               "        mbarrier.init(empty.index(s), count=1)",
               f"    xring = gl.allocate_shared_memory(gl.bfloat16, [{ring.x_slots}, {ring.x_rows}, {ring.cols}], "
               f"tile_smem({ring.x_rows}, {ring.cols}))"]
-    slots = _routing_slots(spec)
+    slots, experts = _routing(spec)
     routing = ROUTING if slots else ()
     if slots:
         kernel += [f"    slot_table = gl.allocate_shared_memory(gl.int32, [{slots}], "
                    "gl.SwizzledSharedLayout(1, 1, 1, [0]))",
                    "    routed_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())",
-                   "    mbarrier.init(routed_bar, count=1)"]
+                   "    mbarrier.init(routed_bar, count=1)",
+                   f"    routing_weights = gl.allocate_shared_memory(gl.float32, [{experts}, {ring.x_rows}], "
+                   "gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))"]
     loader_rings, compute_rings = LOADER_RINGS + routing, COMPUTE_RINGS + routing
     kernel += [f"    gl.warp_specialize([(_compute, ({', '.join(compute_rings + compute_args)})),",
                f"                        (_loader, ({', '.join(loader_rings + loader_args)}))], [1], [{ring.loader_regs}])"]

@@ -48,8 +48,19 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2
 from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma
 
-from .layouts import cols_layout, halves_layout, mma_rows, operand, rows_layout, vector_layout
+from .layouts import cols_layout, halves_layout, mma_rows, operand, rows_layout, tile_smem, vector_layout
 from .rowwise import norm_weights, normed_row
+
+
+@gluon.jit
+def _as_unit(slot, BK: gl.constexpr):
+    """A ring slot as a unit of BK columns: itself, or, where a unit is E4M3 and the weight bf16
+    (a routed layer's router in an FP8 checkpoint's program), the slot's bytes as a bf16 [rows,
+    BK] tile (half the E4M3 unit's columns), laid out as the weight's TMA box is (``tile_smem``)."""
+    if slot.shape[1] == BK:
+        return slot
+    else:
+        return slot._reinterpret(gl.bfloat16, [slot.shape[0], BK], tile_smem(slot.shape[0], BK))
 
 
 @gluon.jit
@@ -60,7 +71,8 @@ def _load_unit(i, ring, ready, empty, w_ptr, row, col):
     slot = i % SLOTS
     mbarrier.wait(empty.index(slot), ((i // SLOTS) & 1) ^ 1)
     mbarrier.expect(ready.index(slot), w_ptr.block_type.nbytes)
-    tma.async_copy_global_to_shared(w_ptr, [row, col], ready.index(slot), ring.index(slot))
+    tma.async_copy_global_to_shared(w_ptr, [row, col], ready.index(slot),
+                                    _as_unit(ring.index(slot), w_ptr.block_type.shape[1]))
     return i + 1
 
 
@@ -128,6 +140,8 @@ def _copy_x(slot, x_ptr, j, total, pid, xr, xk, M: gl.constexpr, K: gl.constexpr
     lo = (task // TILES) * KS
     k = lo + (j % CHUNKS) * BK + xk
     mask = (xr[:, None] < M) & (k[None, :] < lo + KS) & (k[None, :] < K) & (j < total)
+    if slot.shape[1] > BK:  # a bf16 weight's chunk in an E4M3 program (``_as_unit``): the slot's first columns
+        slot = slot.slice(0, BK, 1)
     async_copy.async_copy_global_to_shared(slot, x_ptr + xr[:, None] * K + k[None, :], mask=mask,
                                            cache_modifier=".cg")
 
@@ -138,10 +152,10 @@ def _consume(i, ring, ready, empty, xb_lo, xb_hi, acc, a_layout: gl.constexpr):
     the unit's slot back to the loader. The halves are two products the tensor cores run side by
     side: one chain of dependent MMAs over the whole unit waits out each one's latency in turn."""
     SLOTS: gl.constexpr = ring.shape[0]
-    HK: gl.constexpr = ring.shape[2] // 2
+    HK: gl.constexpr = xb_lo.shape[0]  # the op's K chunk's half (the unit's, or ``_as_unit``'s)
     slot = i % SLOTS
     mbarrier.wait(ready.index(slot), (i // SLOTS) & 1)
-    unit = ring.index(slot)
+    unit = _as_unit(ring.index(slot), 2 * HK)
     hi = mma_v2(unit.slice(HK, HK, 1).load(a_layout), xb_hi, gl.zeros_like(acc))
     acc = mma_v2(unit.slice(0, HK, 1).load(a_layout), xb_lo, acc) + hi
     fence_async_shared()  # the slot's reads (generic proxy) before the loader's next copy (async proxy)
