@@ -171,6 +171,17 @@ def _tp_recipe(tiny_recipe, **overrides):
                           **overrides})
 
 
+def _checked(recipe: Path, tmp_path: Path, target: str = "sm_90", *options: str, name: str = "tiny"):
+    """``recipe`` compiled for ``target`` (4 SMs or CUs) with ``options``, its every contract
+    holding; the package's manifest."""
+    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
+                                       "--quiet", "--target", target, "--sm-count", "4", *options])
+    assert result.exit_code == 0, result.output
+    report = check_package(tmp_path / "out" / name / target)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+    return read_manifest(tmp_path / "out" / name / target)
+
+
 @pytest.mark.parametrize("overrides,message", [
     ({"tensor_parallel": 3}, "tensor_parallel: expected one of 1, 2, 4, 8, got 3"),
     ({"tensor_parallel": 8, "verify": None}, "tensor_parallel 8: 4 query heads do not split over 8 ranks"),
@@ -189,14 +200,9 @@ def test_a_split_the_programs_do_not_serve_is_refused_in_one_line(tiny_recipe, o
 @pytest.mark.parametrize("target", ["sm_90", "gfx950"])
 def test_a_debug_build_of_a_split_package_keeps_every_contract(tiny_recipe, tmp_path, target):
     """--debug-wait-spins: the all-reduces' waits give up too, so they take the hang log."""
-    result = CliRunner().invoke(main, ["compile", str(_tp_recipe(tiny_recipe, bands=[1], verify=None)), "--out",
-                                       str(tmp_path / "out"), "--debug-wait-spins", "100", "--target", target,
-                                       "--sm-count", "4", "--quiet"])
-    assert result.exit_code == 0, result.output
-    package = tmp_path / "out" / "tiny-debug" / target
-    report = check_package(package)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
-    reduce_o = next(p for p in read_manifest(package).programs if p.name == "layer.r1t1.reduce_o")
+    manifest = _checked(_tp_recipe(tiny_recipe, bands=[1], verify=None), tmp_path, target, "--debug-wait-spins",
+                        "100", name="tiny-debug")
+    reduce_o = next(p for p in manifest.programs if p.name == "layer.r1t1.reduce_o")
     assert reduce_o.hang_slots > 0 and "hang_log" in [a.name for a in reduce_o.args]
 
 
@@ -270,13 +276,7 @@ def test_the_split_package_keeps_every_contract(split_packages, target):
 def test_a_split_logits_or_sampling_head_gathers_in_a_program_that_keeps_every_contract(tiny_recipe, tmp_path, target,
                                                                                        head):
     recipe = _tp_recipe(tiny_recipe, head=head, bands=[2], verify=None)
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
-                                       "--quiet", "--target", target, "--sm-count", "4"])
-    assert result.exit_code == 0, result.output
-    package = tmp_path / "out" / "tiny" / target
-    report = check_package(package)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
-    gather = next(p for p in read_manifest(package).programs if p.name == "head.r2t1.gather")
+    gather = next(p for p in _checked(recipe, tmp_path, target).programs if p.name == "head.r2t1.gather")
     assert [(c.op, c.kind) for c in gather.cross_rank] == [("gather", "wait")]
     assert [a.name for a in gather.args if a.role == "peer"] == ["logits_part_peer0", "logits_part_peer1"]
     logits = next(r for r in gather.regions if r.name == "logits")
@@ -293,13 +293,7 @@ def test_a_routed_model_split_keeps_every_contract(tiny_recipe, tmp_path, target
     reduce_experts_down sums the ranks' partials; the dense layer's down as before."""
     shutil.copy(DATA / "tiny-qwen3-moe.json", tmp_path / "tiny-qwen3-moe.json")
     recipe = _tp_recipe(tiny_recipe, config="tiny-qwen3-moe.json", bands=[1], verify=None)
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
-                                       "--quiet", "--target", target, "--sm-count", "4"])
-    assert result.exit_code == 0, result.output
-    package = tmp_path / "out" / "tiny" / target
-    report = check_package(package)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
-    sites = {p.name: [(c.op, c.kind) for c in p.cross_rank] for p in read_manifest(package).programs
+    sites = {p.name: [(c.op, c.kind) for c in p.cross_rank] for p in _checked(recipe, tmp_path, target).programs
              if p.name.startswith("moe.") and p.cross_rank}
     assert sites["moe.r1t1.experts_down"] == [("experts_down", "signal")]
     assert sites["moe.r1t1.reduce_experts_down"] == [("reduce_experts_down", "wait")]
@@ -343,14 +337,8 @@ def test_persistent_split_programs_keep_every_contract(tiny_recipe, tmp_path, ta
     ranks' signals (the Triton executor: the streaming one has no cross-rank ops)."""
     shutil.copy(DATA / config, tmp_path / config)
     recipe = _tp_recipe(tiny_recipe, config=config, modes=["persistent", "staged"], bands=[1], verify=None)
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
-                                       "--quiet", "--target", target, "--sm-count", "4"])
-    assert result.exit_code == 0, result.output
-    package = tmp_path / "out" / "tiny" / target
-    report = check_package(package)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
     kind = "moe" if "moe" in config else "layer"
-    layer = next(p for p in read_manifest(package).programs if p.name == f"{kind}.r1t1.persistent")
+    layer = next(p for p in _checked(recipe, tmp_path, target).programs if p.name == f"{kind}.r1t1.persistent")
     down = "experts_down" if kind == "moe" else "down"
     assert [(c.op, c.kind, c.site) for c in layer.cross_rank] == [
         ("o", "signal", 1), ("reduce_o", "wait", 1), (down, "signal", 2), (f"reduce_{down}", "wait", 2)]
@@ -379,12 +367,7 @@ def test_four_and_eight_ranks_compile_and_keep_every_contract(tiny_recipe, tmp_p
     """The wider splits on every target (a 1-row band: the programs' shapes, not the bands, are
     what the split changes); tiny-llama's 2 KV heads are replicated past 2 ranks."""
     recipe = _tp_recipe(tiny_recipe, tensor_parallel=ranks, bands=[1], verify=None)
-    result = CliRunner().invoke(main, ["compile", str(recipe), "--out", str(tmp_path / "out"), "--jobs", "2",
-                                       "--quiet", "--target", target, "--sm-count", "4"])
-    assert result.exit_code == 0, result.output
-    report = check_package(tmp_path / "out" / "tiny" / target)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
-    sites = {c.kind: c.ranks for p in read_manifest(tmp_path / "out" / "tiny" / target).programs for c in p.cross_rank}
+    sites = {c.kind: c.ranks for p in _checked(recipe, tmp_path, target).programs for c in p.cross_rank}
     assert sites == {"signal": ranks, "wait": ranks}
 
 
