@@ -14,7 +14,6 @@ import triton.language as tl
 
 from .common import load_act
 from .gemv import gemv_op
-from .sync import peer
 
 
 @triton.jit
@@ -123,35 +122,6 @@ def tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, t
 
 
 @triton.jit
-def gather_op(pid, pre, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7, logits, tile_max, tile_arg, positions,
-              temperature, seed, tile_z, tile_zarg, tile_mass, M: tl.constexpr, V_RANK: tl.constexpr,
-              VOCAB: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr, RANKS: tl.constexpr, G: tl.constexpr,
-              PARTS: tl.constexpr,
-              SAMPLED: tl.constexpr, M_P: tl.constexpr, TOKENS: tl.constexpr):
-    """A split vocabulary's logits made whole on this rank: for each tile of BN ids of the VOCAB
-    real ids (every row), rank s's rows (``peer<s>``, its logits op's [M, V_RANK]; ids s · V_RANK
-    onwards, read with volatile loads as ``reduce_op``'s partials) into ``logits`` [M, VOCAB];
-    then, for a greedy or sampling head (PARTS), the tile's parts as ``logits_op`` leaves them
-    for the argmax and sample ops (``tile_parts``, reading back this CTA's own stores), keyed by
-    the whole vocabulary's ids, so the draws are the unsplit model's."""
-    TILES: tl.constexpr = (VOCAB + BN - 1) // BN
-    r = tl.arange(0, ROWS_P)
-    for tile in range(pid, TILES, G):
-        v = tile * BN + tl.arange(0, BN)
-        rows = tl.zeros([ROWS_P, BN], tl.float32)
-        for s in tl.static_range(RANKS):
-            part = peer(s, peer0, peer1, peer2, peer3, peer4, peer5, peer6, peer7)
-            mine = (r[:, None] < M) & ((v >= s * V_RANK) & (v < (s + 1) * V_RANK) & (v < VOCAB))[None, :]
-            rows = tl.where(mine, tl.load(part + r[:, None] * V_RANK + (v - s * V_RANK)[None, :], mask=mine,
-                                          other=0.0, volatile=True), rows)
-        tl.store(logits + r[:, None] * VOCAB + v[None, :], rows, mask=(r[:, None] < M) & (v < VOCAB)[None, :])
-        if PARTS:
-            tl.debug_barrier()  # this CTA's logits stores, before its threads read them back
-            tile_parts(logits, tile, tile_max, tile_arg, positions, temperature, seed, tile_z, tile_zarg, tile_mass,
-                       None, VOCAB, M, ROWS_P, BN, SAMPLED, M_P, TOKENS)
-
-
-@triton.jit
 def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr,
               BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, T_P: tl.constexpr):
     """next_ids[m] = the first index of token row m's largest logit, from the tiles' maxima; a task
@@ -171,37 +141,6 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
         args = tl.load(tile_arg + at, mask=rows_of, other=V, cache_modifier=".cg")
         best = tl.max(vals, axis=1)
         ids = tl.min(tl.where(vals == best[:, None], args, V), axis=1)
-        _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS)
-
-
-@triton.jit
-def ranks_argmax_op(pid, pre, tile_max0, tile_max1, tile_max2, tile_max3, tile_max4, tile_max5, tile_max6, tile_max7,
-                    tile_arg0, tile_arg1, tile_arg2, tile_arg3, tile_arg4, tile_arg5, tile_arg6, tile_arg7, next_ids,
-                    tokens, accepted, emitted, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
-                    TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr, T_P: tl.constexpr,
-                    RANKS: tl.constexpr):
-    """``argmax_op`` over a vocabulary split over RANKS ranks of V rows each (tensor parallelism):
-    each rank's tile maxima (``tile_max<rank>``, ``tile_arg<rank>``: its logits op's, read past the
-    L1 where another GPU wrote them), its ids offset by rank · V; ties go to the lowest id, as
-    ``torch.argmax`` takes them, and every rank decides the same ids."""
-    TILES: tl.constexpr = (V + BN - 1) // BN
-    t = tl.arange(0, TILES_P)
-    j = tl.arange(0, T_P)
-    rows_of = (j < TOKENS)[:, None] & (t < TILES)[None, :]
-    for row in range(pid, M // TOKENS, G):
-        m = row * TOKENS + j
-        at = m[:, None] * TILES + t[None, :]
-        best = tl.full([T_P], float("-inf"), tl.float32)
-        ids = tl.zeros([T_P], tl.int32)
-        for s in tl.static_range(RANKS):
-            vals = tl.load(peer(s, tile_max0, tile_max1, tile_max2, tile_max3, tile_max4, tile_max5, tile_max6,
-                                tile_max7) + at, mask=rows_of, other=float("-inf"), volatile=True)
-            args = tl.load(peer(s, tile_arg0, tile_arg1, tile_arg2, tile_arg3, tile_arg4, tile_arg5, tile_arg6,
-                                tile_arg7) + at, mask=rows_of, other=V, volatile=True)
-            rank_best = tl.max(vals, axis=1)
-            rank_ids = tl.min(tl.where(vals == rank_best[:, None], args, V), axis=1) + s * V
-            ids = tl.where(rank_best > best, rank_ids, ids)  # a later rank (higher ids) only where larger
-            best = tl.maximum(best, rank_best)
         _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS)
 
 
