@@ -6,18 +6,21 @@ The logits op's per-tile work (``head.tile_parts``, one program a tile) and then
 float64 reference's (``bench.reference.sample_reference``, the same uniforms) with its margin.
 With ``tokens`` > 1 the rows are a verify band's, their drafts' distributions given (the sample
 op's DRAFT_PROBS verdict), and it also prints each row's verdict and
-``bench.reference.proposal_verdict``'s.
+``bench.reference.proposal_verdict``'s. With ``threshold`` it also prints each row's allowed
+set as the verdict's threshold search finds it (``head._allowed_threshold``: its threshold and
+the set's mass) and ``bench.reference.allowed_distribution``'s.
 """
 
 import json
 import sys
 
+import numpy as np
 import torch
 import triton
 import triton.language as tl
 
-from monobuild.bench.reference import proposal_verdict, sample_reference
-from monobuild.compiler.kernels.head import sample_op, tile_parts
+from monobuild.bench.reference import allowed_distribution, proposal_verdict, sample_reference
+from monobuild.compiler.kernels.head import _allowed_threshold, _draw, sample_op, tile_parts
 
 
 @triton.jit
@@ -38,6 +41,42 @@ def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next
               M // TOKENS, TOKENS, BV, MAX_ROUNDS)
 
 
+@triton.jit
+def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temperature, top_k, top_p, tau, mass,
+                     V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr):
+    m = tl.program_id(0)
+    temp, k, p = tl.load(temperature + m), tl.load(top_k + m), tl.load(top_p + m)
+    _, best, total = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V, BN, TILES_P,
+                           BV, 1)
+    floor, norm = _allowed_threshold(logits + m * V, tile_max + m * tl.cdiv(V, BN), best, 1.0 / temp, total, k, p, V,
+                                     BN, TILES_P)
+    tl.store(tau + m, floor)
+    tl.store(mass + m, norm)
+
+
+def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int, bn: int, tiles_p: int,
+                 bv: int) -> dict:
+    """Each row's allowed set by ``_allowed_threshold`` (as the ids at or above its threshold, and
+    its mass relative to the reference's) beside ``allowed_distribution``'s, with its margin."""
+    rows = len(settings)
+    tau, mass = torch.full((rows,), float("nan")), torch.full((rows,), float("nan"))
+    threshold_kernel[(rows,)](logits, *parts, torch.tensor([s[0] for s in settings], dtype=torch.float32),
+                              torch.tensor([s[1] for s in settings], dtype=torch.int32),
+                              torch.tensor([s[2] for s in settings], dtype=torch.float32), tau, mass, V=vocab, BN=bn,
+                              TILES_P=tiles_p, BV=bv)
+    out = {"set_equal": [], "mass_error": [], "set_margins": [], "set_sizes": []}
+    for b, (temperature, top_k, top_p) in enumerate(settings):
+        row = logits[b].double().numpy()
+        p, margin = allowed_distribution(row, temperature, top_k, top_p)
+        wanted = p > 0
+        w = (row - row.max()) / temperature
+        out["set_equal"].append(bool(((row >= float(tau[b])) == wanted).all()))
+        out["mass_error"].append(abs(float(mass[b]) / float(np.exp(w[wanted]).sum()) - 1))
+        out["set_margins"].append(margin)
+        out["set_sizes"].append(int(wanted.sum()))
+    return out
+
+
 def main(case: dict) -> dict:
     gen = torch.Generator().manual_seed(case["seed"])
     settings, t = case["settings"], case.get("tokens", 1)
@@ -48,6 +87,8 @@ def main(case: dict) -> dict:
     logits = torch.randn(m, vocab, generator=gen) * case["scale"]
     for b, at in enumerate(case["peaks"]):  # each row's likeliest ids in a chunk of its own
         logits[b * t: (b + 1) * t, at: at + 40] += case["scale"] * 2
+    for b in case.get("bf16_rows", []):  # logits of bf16's precision: many ids tie
+        logits[b * t: (b + 1) * t] = logits[b * t: (b + 1) * t].bfloat16().float()
     positions = torch.randint(0, 4096, (m,), generator=gen, dtype=torch.int32)
     seeds = torch.randint(-2**62, 2**62, (rows,), generator=gen, dtype=torch.int64)
     # a verify band's drafts: each row's first among its likeliest ids, the rest anywhere; its
@@ -80,6 +121,9 @@ def main(case: dict) -> dict:
                                      positions[b * t: (b + 1) * t].tolist(), rounds) for b in range(rows)]
         out.update(accepted=accepted.tolist(), emitted=emitted.view(rows, t).tolist(),
                    verdicts=[v[:2] for v in verdicts], verdict_margins=[v[2] for v in verdicts])
+    if case.get("threshold"):
+        out.update(allowed_sets(logits, settings, (tile_max, tile_arg, tile_z, tile_zarg, tile_mass), vocab, bn,
+                                tiles_p, bv))
     return out
 
 

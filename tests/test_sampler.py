@@ -56,3 +56,28 @@ def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
     for b in decided:
         assert [out["accepted"][b], out["emitted"][b]] == out["verdicts"][b], f"{case}: row {b}: {out}"
 
+
+
+# per row: the tiles' floor from counts (top-k 5, 40; top-k 1: the best id alone), none (top-k
+# past the tiles' number, a top-p over a flat distribution: every tile read), from the maxima's
+# mass (a narrow top-p of a peaked row), both, and logits of bf16's precision, whose ids tie
+THRESHOLD_SETTINGS = [(1.0, 5, 1.0), (1.0, 40, 1.0), (3.0, 1, 1.0), (1.0, 100, 1.0), (8.0, 0, 0.9), (0.3, 0, 0.5),
+                      (1.2, 40, 0.05), (1.0, 7, 1.0), (2.0, 0, 0.2)]
+
+
+def test_the_verdicts_allowed_set_is_the_references():
+    """The threshold search of the DRAFT_PROBS verdict (``_allowed_threshold``) over a vocabulary
+    of 65 tiles: the ids at or above its threshold are ``allowed_distribution``'s set wherever its
+    mass test is not within fp32's rounding of the bound, and its mass is the set's within fp32's
+    rounding of the sums."""
+    case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": THRESHOLD_SETTINGS, "threshold": True,
+            "vocab": 4 * 2048 + 100, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
+            "peaks": [100, 2500, 4500, 6000, 3000, 7000, 800, 5100, 1500], "bf16_rows": [7, 8]}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
+                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    decided = [b for b, margin in enumerate(out["set_margins"]) if margin > DECIDED]
+    assert len(decided) >= 7, f"{case}: {out}"
+    for b in decided:
+        assert out["set_equal"][b] and out["mass_error"][b] < 1e-5, f"{case}: row {b}: {out}"

@@ -185,7 +185,7 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
         for j in range(TOKENS):
             m = row * TOKENS + j
             position = tl.load(positions + m).to(tl.uint32)
-            pick, best, total, chunk_max = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p,
+            pick, best, total = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p,
                                                  k, key, position, V, BN, TILES_P, BV, MAX_ROUNDS)
             tl.store(next_ids + m, pick)
             if TOKENS > 1:
@@ -196,8 +196,8 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                 if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
                     if alive & has_draft:
                         emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total,
-                                                       chunk_max, draft_probs, temp, p, k, key, position, V, BV,
-                                                       TILES_P // (BV // BN), MAX_ROUNDS)
+                                                       tile_max, draft_probs, temp, p, k, key, position, V, BN,
+                                                       BV, TILES_P, MAX_ROUNDS)
                 tl.store(emitted + m, tl.where(alive, emit, -1))
                 alive = alive & has_draft & keep
                 n += alive.to(tl.int32)
@@ -206,19 +206,21 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
 
 
 @triton.jit
-def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, chunk_max, draft_probs, temp, p, k, key,
-                      position, V: tl.constexpr, BV: tl.constexpr, CHUNKS: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tile_max, draft_probs, temp, p, k, key,
+                      position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr, TILES_P: tl.constexpr,
+                      MAX_ROUNDS: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
     ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
     over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
     top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
-    renormalized (Gumbel-max in one pass over the row's logits and q). ``best``, ``total`` and
-    ``chunk_max`` are ``_draw``'s: the row's largest logit, the mass of every id and each chunk's
-    largest logit. p's normalizer is ``total`` where S is every id, else the mass at or above S's
-    threshold (``_allowed_threshold``). A greedy row (temperature or top_p 0) keeps d when it is
-    its greedy id ``pick`` and emits ``pick``: the rule over a one-id p. The uniforms are the
-    row's seed's at the token's position in rounds past the draws' (u: round MAX_ROUNDS at id d;
-    the correction's noise: round MAX_ROUNDS + 1), independent of ``pick``'s."""
+    renormalized (Gumbel-max in one pass over the row's logits and q). ``best`` and ``total``
+    are ``_draw``'s: the row's largest logit and the mass of every id. p's normalizer is
+    ``total`` where S is every id, else the mass at or above S's threshold
+    (``_allowed_threshold``, from the row's logits and its tiles' maxima in ``tile_max``). A
+    greedy row (temperature or top_p 0) keeps d when it is its greedy id ``pick`` and emits
+    ``pick``: the rule over a one-id p. The uniforms are the row's seed's at the token's
+    position in rounds past the draws' (u: round MAX_ROUNDS at id d; the correction's noise:
+    round MAX_ROUNDS + 1), independent of ``pick``'s."""
     n = tl.arange(0, BV)
     emit = pick
     keep = draft == pick
@@ -227,7 +229,8 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, chunk_max,
         floor = tl.full([], float("-inf"), tl.float32)  # S: the ids whose logit is at least it
         norm = total
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            floor, norm = _allowed_threshold(logits + m * V, best, inv_t, total, k, p, chunk_max, V, BV, CHUNKS)
+            floor, norm = _allowed_threshold(logits + m * V, tile_max + m * ((V + BN - 1) // BN), best, inv_t, total, k, p,
+                                             V, BN, TILES_P)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
         logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
@@ -252,71 +255,156 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, chunk_max,
 
 
 @triton.jit
-def _allowed_threshold(row, best, inv_t, total, k, p, chunk_max, V: tl.constexpr, BV: tl.constexpr,
-                       CHUNKS: tl.constexpr):
+def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+                       TILES_P: tl.constexpr):
     """S's threshold for a row whose top_k or top_p restricts it, and S's mass (of
     exp((logit − best) · inv_t)): S = the ids x whose more likely ids number fewer than k (k > 0)
     and hold less than p · total, so S is every id whose logit is at least the smallest logit τ
     that passes (the test is monotone in the logit). τ is found by SPLITS-ary search: a pass
     counts, at each of SPLITS thresholds, the ids above it and their mass, and the interval
     (lo, hi] that holds τ (the test fails at lo and passes at hi) shrinks to the pair of
-    thresholds around the last that passes, until the ids inside it share one logit. The first
-    pass's thresholds sit 2^(i/2) temperatures below the best logit (and where every one passes,
-    τ lies between the row's least logit and the lowest); a pass reads only the chunks whose
-    tiles hold a logit above lo."""
+    thresholds around the last that passes, until the ids inside it share one logit. lo starts
+    at the tiles' floor (``_tiles_floor``) and a pass reads only the tiles whose max (``maxima``,
+    the row's tile maxima) is above lo, so a top-k of k reads about k tiles however large the
+    vocabulary. The first pass's thresholds close in on the floor geometrically; with no floor
+    they sit 2^(i/2) temperatures below the best logit (and where every one passes, τ lies
+    between the row's least logit and the lowest)."""
     SPLITS: tl.constexpr = 16
-    SUB: tl.constexpr = 256  # ids a step of a pass compares with every threshold
-    chunk = tl.arange(0, CHUNKS)
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    GT: tl.constexpr = max(1, 256 // BN)  # tiles a step of a pass reads: 256 ids
     i = tl.arange(0, SPLITS)
-    lo = tl.full([], float("-inf"), tl.float32)
+    t = tl.arange(0, TILES_P)
+    vals = tl.load(maxima + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+    lo = _tiles_floor(best, inv_t, total, k, p, vals, TILES_P)
     hi = best
     tau = best
     found = tl.full([], 0, tl.int1)
     rounds = 0
     while (~found) & (rounds < 24):
-        if rounds == 0:  # descending: best − 1, − √2, − 2, … − 2^7.5 temperatures
-            cuts = best - tl.exp2(i.to(tl.float32) * 0.5) / inv_t
-        else:  # descending, strictly inside (lo, hi)
+        if rounds > 0:  # descending, strictly inside (lo, hi)
             cuts = hi - (hi - lo) * (i + 1).to(tl.float32) / (SPLITS + 1)
-        count = tl.zeros([SPLITS], tl.int32)
-        over = tl.zeros([SPLITS], tl.float32)
-        inside_min = tl.full([], float("inf"), tl.float32)
-        inside_max = tl.full([], float("-inf"), tl.float32)
-        least = tl.full([], float("inf"), tl.float32)
-        c = tl.min(tl.where(chunk_max > lo, chunk, CHUNKS), axis=0)
-        while c < CHUNKS:
-            for h in tl.static_range(BV // SUB):
-                v = c * BV + h * SUB + tl.arange(0, SUB)
-                logit = tl.load(row + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                above = logit[:, None] > cuts[None, :]
-                count += tl.sum(above.to(tl.int32), axis=0)
-                over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
-                inside = (logit > lo) & (logit <= hi)
-                inside_min = tl.minimum(inside_min, tl.min(tl.where(inside, logit, float("inf")), axis=0))
-                inside_max = tl.maximum(inside_max, tl.max(tl.where(inside, logit, float("-inf")), axis=0))
-                least = tl.minimum(least, tl.min(tl.where(v < V, logit, float("inf")), axis=0))
-            c = tl.min(tl.where((chunk_max > lo) & (chunk > c), chunk, CHUNKS), axis=0)
+        elif lo > float("-inf"):  # descending, from hi toward the floor: lo + 2^(−3(i+1)/4) of the way
+            cuts = lo + (hi - lo) * tl.exp2((i + 1).to(tl.float32) * -0.75)
+        else:  # descending: best − 1, − √2, − 2, … − 2^7.5 temperatures
+            cuts = best - tl.exp2(i.to(tl.float32) * 0.5) / inv_t
+        count, over, inside_min, inside_max, least = _cut_pass(row, vals, lo, hi, cuts, best, inv_t, V, BN,
+                                                               TILES_P, SPLITS, GT)
         passes = ((k <= 0) | (count < k)) & (over < p * total)
         found = inside_min == inside_max  # one logit left in (lo, hi]: τ
         tau = tl.where(found, inside_max, tau)
         if ~found:  # (lo, hi] ← (the first cut that fails, the last that passes]
             last = tl.max(tl.where(passes, i, -1), axis=0)
             hi = tl.where(last >= 0, tl.sum(tl.where(i == last, cuts, 0.0), axis=0), hi)
-            # where every cut of the first pass passes, just below the least logit: the test fails
-            # there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1);
+            # where every cut of a pass with no floor passes, just below the least logit: the test
+            # fails there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1);
             # below it by at least 8 of its ulps, so at any magnitude
             lo = tl.where(last < SPLITS - 1, tl.sum(tl.where(i == last + 1, cuts, 0.0), axis=0),
-                          tl.where(rounds == 0, least - 1.0 - tl.abs(least) * 1e-6, lo))
+                          tl.where(lo == float("-inf"), least - 1.0 - tl.abs(least) * 1e-6, lo))
         rounds += 1
     tau = tl.where(found, tau, hi)
     mass = tl.full([], 0.0, tl.float32)  # S's: the ids at or above τ
-    c = tl.min(tl.where(chunk_max >= tau, chunk, CHUNKS), axis=0)
-    while c < CHUNKS:
-        v = c * BV + tl.arange(0, BV)
-        logit = tl.load(row + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+    held = vals >= tau
+    rank, steps, dense = _held_steps(held, TILES, GT)
+    for step in range(0, steps):
+        logit, _ = _step_logits(row, held, rank, step, dense, GT, V, BN, TILES_P)
         mass += tl.sum(tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-        c = tl.min(tl.where((chunk_max >= tau) & (chunk > c), chunk, CHUNKS), axis=0)
     return tau, mass
+
+
+@triton.jit
+def _tiles_floor(best, inv_t, total, k, p, vals, TILES_P: tl.constexpr):
+    """A logit at which the allowed-set test fails, from the row's tile maxima ``vals`` alone
+    (−inf where they show none): a tile whose max is above c holds at least that id above c, so
+    where the tiles with a max above c number k or more, or their maxima's mass reaches p of the
+    whole, so do the ids (the mass with 1e-5 to spare for fp32's rounding of both sums). The
+    highest such c, by bisection over the floats in their order (as int32 keys: 32 halvings, each
+    two reductions over the maxima), is just below a tile's max: only the tiles whose max is
+    above it hold an id of S."""
+    weight = tl.exp((vals - best) * inv_t)
+    fails = (((k > 0) & (tl.sum((vals > float("-inf")).to(tl.int32), axis=0) >= k))
+             | (tl.sum(weight, axis=0) >= p * total * 1.00001))
+    lo = _float_key(tl.full([], float("-inf"), tl.float32)).to(tl.int64)  # fails, where any c does
+    hi = _float_key(best).to(tl.int64)  # passes: no tile's max is above the best logit
+    while fails & (hi - lo > 1):
+        mid = lo + (hi - lo) // 2
+        above = vals > _key_float(mid.to(tl.int32))
+        fails_mid = (((k > 0) & (tl.sum(above.to(tl.int32), axis=0) >= k))
+                     | (tl.sum(tl.where(above, weight, 0.0), axis=0) >= p * total * 1.00001))
+        lo = tl.where(fails_mid, mid, lo)
+        hi = tl.where(fails_mid, hi, mid)
+    return tl.where(fails, _key_float(lo.to(tl.int32)), float("-inf"))
+
+
+@triton.jit
+def _float_key(x):
+    """An int32 whose order is fp32 ``x``'s (not NaN)."""
+    bits = x.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def _key_float(key):
+    """``_float_key``'s inverse."""
+    return tl.where(key < 0, key ^ 0x7FFFFFFF, key).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _cut_pass(row, vals, lo, hi, cuts, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
+              SPLITS: tl.constexpr, GT: tl.constexpr):
+    """A pass of ``_allowed_threshold``'s search over the tiles whose max is above lo (every id
+    above lo is in one): at each cut, the ids above it and their mass; the least and the greatest
+    logit in (lo, hi]; and the least logit read (the row's where lo is −inf). A step reads GT tiles."""
+    held = vals > lo
+    rank, steps, dense = _held_steps(held, (V + BN - 1) // BN, GT)
+    count = tl.zeros([SPLITS], tl.int32)
+    over = tl.zeros([SPLITS], tl.float32)
+    inside_min = tl.full([GT * BN], float("inf"), tl.float32)
+    inside_max = tl.full([GT * BN], float("-inf"), tl.float32)
+    least = tl.full([GT * BN], float("inf"), tl.float32)
+    for step in range(0, steps):
+        logit, ok = _step_logits(row, held, rank, step, dense, GT, V, BN, TILES_P)
+        above = logit[:, None] > cuts[None, :]
+        count += tl.sum(above.to(tl.int32), axis=0)
+        over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
+        inside = (logit > lo) & (logit <= hi)
+        inside_min = tl.minimum(inside_min, tl.where(inside, logit, float("inf")))
+        inside_max = tl.maximum(inside_max, tl.where(inside, logit, float("-inf")))
+        least = tl.minimum(least, tl.where(ok, logit, float("inf")))
+    return count, over, tl.min(inside_min, axis=0), tl.max(inside_max, axis=0), tl.min(least, axis=0)
+
+
+@triton.jit
+def _held_steps(held, TILES: tl.constexpr, GT: tl.constexpr):
+    """How a pass walks the tiles ``held`` marks (those that may hold an id it counts): each
+    held tile's rank among them, the pass's steps of GT tiles, and whether it walks every tile in
+    order instead (where over half are held, gathering them would cost more than it skips)."""
+    n = tl.sum(held.to(tl.int32), axis=0)
+    dense = n * 2 > TILES
+    return tl.cumsum(held.to(tl.int32), axis=0) - 1, tl.where(dense, (TILES + GT - 1) // GT, (n + GT - 1) // GT), dense
+
+
+@triton.jit
+def _step_logits(row, held, rank, step, dense, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
+                 TILES_P: tl.constexpr):
+    """A pass's step: GT · BN logits, −inf past the vocabulary (and past the last held tile), and
+    which of them are ids. Walking densely, the step'th GT tiles in order (an unheld tile's ids
+    are at or below the pass's bound, where they count for nothing it finds); else the held tiles
+    of ranks step · GT … step · GT + GT − 1 (``rank``: each tile's among the held ones)."""
+    e = tl.arange(0, GT * BN)
+    if dense:
+        v = step * (GT * BN) + e
+        ok = v < V
+    else:
+        t = tl.arange(0, TILES_P)
+        v = tl.zeros([GT * BN], tl.int32)
+        ok = tl.zeros([GT * BN], tl.int1)
+        for g in tl.static_range(GT):
+            tile = tl.max(tl.where(held & (rank == step * GT + g), t, -1), axis=0)  # −1: past the last held tile
+            part = e // BN == g
+            v = tl.where(part, tile * BN + e % BN, v)
+            ok = tl.where(part, tile >= 0, ok)
+        ok = ok & (v < V)
+    return tl.load(row + v, mask=ok, other=float("-inf"), cache_modifier=".cg"), ok
 
 
 @triton.jit
@@ -335,7 +423,7 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     logit. TILES_P is the tiles rounded up to a power of two, and to whole chunks of BV ids.
     ``temp``, ``p``, ``k`` and ``key`` are the row's settings, ``position`` the token's. Returns
     the id, with what a verdict over the same distribution reuses (``_proposal_verdict``): the
-    row's largest logit, the mass of every id (0 for a greedy row) and each chunk's largest logit."""
+    row's largest logit and the mass of every id (0 for a greedy row)."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
@@ -395,4 +483,4 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
             pick = tl.where(done, x, pick)
             floor = tl.where(done, floor, lx)
             r += 1
-    return pick, best, total, chunk_max
+    return pick, best, total
