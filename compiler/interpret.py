@@ -153,8 +153,7 @@ class InterpretedRanks:
                       for rank in range(tp.size)]
         buffers = [r.buffers for r in self.ranks]
         for rank, r in enumerate(self.ranks):
-            start, stop = tp.vocab_range(g, rank)
-            r.buffers.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), buffers)
+            r.buffers.rank_binding = RankBinding.of(tp, g, rank, buffers)
 
     def __call__(self, inputs: StepInputs) -> list[StepBuffers]:
         """Run the step on every rank; each rank's buffers (its logits are its vocabulary rows)."""

@@ -78,6 +78,13 @@ class RankBinding:
     vocab_valid: int
     peers: Sequence  # each with .tp_counters and .scratch
 
+    @classmethod
+    def of(cls, tp: TensorParallel, geometry: Geometry, rank: int, peers: Sequence) -> RankBinding:
+        """Rank ``rank``'s binding: its rows of the padded vocabulary, of which those below the
+        model's vocabulary are real ids."""
+        start, stop = tp.vocab_range(geometry, rank)
+        return cls(rank, start, max(0, min(stop, geometry.vocab) - start), peers)
+
 
 def band_buffers(manifest, spec, device, rope: torch.Tensor | None = None) -> StepBuffers:
     """The buffers of one band's step (``schema.Step``): the regions, counters and logs of the

@@ -326,8 +326,7 @@ class RanksStep:
         for spec in band_specs(manifest, mode):
             buffers = [band_buffers(manifest, spec, package.device, rope) for _ in range(tp.size)]
             for rank, b in enumerate(buffers):
-                start, stop = tp.vocab_range(g, rank)
-                b.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), buffers)
+                b.rank_binding = RankBinding.of(tp, g, rank, buffers)
             self._bands.append([_BandStep(package, spec, weights[rank], caches[rank], rope, buffers[rank])
                                 for rank in range(tp.size)])
 
@@ -375,7 +374,6 @@ def bind_peers(package, specs: list[Step], rope: torch.Tensor, group) -> list[St
     g, tp = manifest.geometry, TensorParallel(manifest.deployment.tensor_parallel)
     rank = dist.get_rank(group)
     buffers = [band_buffers(manifest, spec, package.device, rope) for spec in specs]
-    start, stop = tp.vocab_range(g, rank)
     for b, ranks in zip(buffers, exchange(buffers, shared_regions(manifest), group)):
-        b.rank_binding = RankBinding(rank, start, max(0, min(stop, g.vocab) - start), ranks)
+        b.rank_binding = RankBinding.of(tp, g, rank, ranks)
     return buffers
