@@ -244,7 +244,7 @@ def undeclared_same_stage_read(pkg):
 
 def amd_dead_row_stores(pkg):
     """The branch that skips a dead row's KV append taken unconditionally (`br i1 true`)."""
-    from monobuild.compiler.contracts.amd import LlvmFunction
+    from monobuild.compiler.contracts.llir import LlvmFunction
 
     path = _ir(pkg, "llir")
     text = path.read_text()
@@ -347,7 +347,7 @@ def relaxed_first_poll(pkg):
 
 def _amd_first_wait(pkg):
     """(LLVM IR path, text, the first wait loop's poll, the target value its compare reads)."""
-    from monobuild.compiler.contracts.amd import LlvmFunction
+    from monobuild.compiler.contracts.llir import LlvmFunction
 
     path = _ir(pkg, "llir")
     text = path.read_text()
@@ -365,7 +365,7 @@ def amd_lowered_wait_target(pkg):
 
 def amd_signal_to_another_counter(pkg):
     """The second signal's pointer moved 8 B on, through a getelementptr of its own."""
-    from monobuild.compiler.contracts.amd import LlvmFunction
+    from monobuild.compiler.contracts.llir import LlvmFunction
 
     path = _ir(pkg, "llir")
     text = path.read_text()

@@ -96,7 +96,7 @@ def amd_signal_inside_the_expert_loop(pkg):
     """On gfx950: experts_up's signal moved into its task loop (after the loop body's phis), its
     counter's address taken there from the counters parameter and its old value number kept by a
     plain add, so the IR stays well-formed."""
-    from monobuild.compiler.contracts.amd import LlvmFunction
+    from monobuild.compiler.contracts.llir import LlvmFunction
 
     path = pkg / "ir" / f"{ROUTED}.llir"
     text = path.read_text()

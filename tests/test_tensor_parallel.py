@@ -411,7 +411,7 @@ def _no_barrier_before_signal(program: str, signal: str, store: str, barrier: st
 def _peer_buffer_access(pkg: Path, program: str) -> tuple[list[str], int, str]:
     """gfx9: the LLVM IR's lines, the first buffer load through a peer's buffer and the pointer
     its buffer resource is made from."""
-    from monobuild.compiler.contracts.amd import LlvmFunction
+    from monobuild.compiler.contracts.llir import LlvmFunction
     from monobuild.compiler.contracts.plan_rules import cross_rank_params
 
     spec = next(p for p in read_manifest(pkg).programs if p.name == program)

@@ -119,7 +119,8 @@ def check_program(package: Path, manifest: Manifest, p: ProgramSpec) -> list[Vio
 
         found += check_ptx(p, parse_ptx(checked))
     else:
-        from .amd import LlvmFunction, check_llir
+        from .amd import check_llir
+        from .llir import LlvmFunction
 
         found += check_llir(p, LlvmFunction(checked))
     return found
