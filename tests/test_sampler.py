@@ -18,14 +18,19 @@ SETTINGS = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3,
 PEAKS = [8000, 100, 5000, 2100, 6500, 8150, 300, 60, 4100, 20, 1000, 7000]  # each row's likeliest ids
 
 
+def _run_worker(case: dict) -> dict:
+    """``sampler_worker.py``'s output for ``case``, run under the interpreter."""
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
+                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def test_the_sampler_draws_the_references_ids_over_several_chunks():
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": SETTINGS, "vocab": 4 * 2048 + 100,
             "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
             "peaks": PEAKS}
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
-                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_worker(case)
     assert all(out["ids"][b] == out["argmax"][b] for b in (0, 5, 9)), f"{case}: {out}"  # greedy, top-k 1
     decided = [b for b, margin in enumerate(out["margins"]) if margin > DECIDED]
     assert len(decided) >= 8, f"{case}: {out}"
@@ -45,10 +50,7 @@ def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": VERIFY_SETTINGS, "tokens": 4,
             "vocab": 3 * 2048 + 77, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000]}
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
-                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["verdict_margins"]) if margin > DECIDED]
     # the rows within top-p 0.03 and 0.05 decide against a bound often within fp32's rounding of
     # it (seed 1403382915: margins 7e-5 and 2e-5), so three of the five rows decided is the least
@@ -73,10 +75,7 @@ def test_the_verdicts_allowed_set_is_the_references():
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": THRESHOLD_SETTINGS, "threshold": True,
             "vocab": 4 * 2048 + 100, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000, 7000, 800, 5100, 1500], "bf16_rows": [7, 8]}
-    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "sampler_worker.py"), json.dumps(case)],
-                          env=dict(os.environ, TRITON_INTERPRET="1"), capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["set_margins"]) if margin > DECIDED]
     assert len(decided) >= 7, f"{case}: {out}"
     for b in decided:
