@@ -186,11 +186,11 @@ def greedy_verdict(next_ids: torch.Tensor, inputs: torch.Tensor, tokens_per_row:
     return accepted, emitted
 
 
-def allowed_distribution(logit: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, float]:
-    """The sampling head's p for one token row, in float64: softmax(logit / temperature) over the
-    allowed ids S (those whose more likely ids number fewer than top_k, 0: any, and hold less than
-    top_p of the whole distribution), renormalized; and the margin of S's boundary (the mass
-    test's smallest distance from its bound, relative to the total)."""
+def allowed_ids(logit: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, np.ndarray]:
+    """The sampling head's allowed set S for one token row, in float64: each id's membership (its
+    more likely ids number fewer than top_k, 0: any, and hold less than top_p of the whole
+    distribution) and its mass test's distance from the bound, relative to the total (inf where
+    top_p ≥ 1: no such test)."""
     w = np.exp((logit - logit.max()) / temperature)
     total = w.sum()
     values, inverse, ties = np.unique(logit, return_inverse=True, return_counts=True)  # ascending
@@ -198,15 +198,22 @@ def allowed_distribution(logit: np.ndarray, temperature: float, top_k: int, top_
     above_count = np.cumsum(ties[::-1])[::-1] - ties  # the ids more likely than each value's
     above_mass = np.cumsum(mass_at[::-1])[::-1] - mass_at
     allowed_value = ((top_k <= 0) | (above_count < top_k)) & (above_mass < top_p * total)
-    margin = float(np.min(np.abs(above_mass - top_p * total)) / total) if top_p < 1 else float("inf")
-    allowed = allowed_value[inverse]
-    p = np.where(allowed, w, 0.0)
-    return p / p.sum(), margin
+    distance = np.abs(above_mass - top_p * total) / total if top_p < 1 else np.full(values.size, np.inf)
+    return allowed_value[inverse], distance[inverse]
+
+
+def allowed_distribution(logit: np.ndarray, temperature: float, top_k: int, top_p: float) -> tuple[np.ndarray, float]:
+    """The sampling head's p for one token row, in float64: softmax(logit / temperature) over the
+    allowed ids S (``allowed_ids``), renormalized; and the margin of S's boundary (the mass
+    test's smallest distance from its bound)."""
+    allowed, distance = allowed_ids(logit, temperature, top_k, top_p)
+    p = np.where(allowed, np.exp((logit - logit.max()) / temperature), 0.0)
+    return p / p.sum(), float(distance.min())
 
 
 def proposal_verdict(logits: torch.Tensor, inputs: list[int], draft_probs: torch.Tensor, picks: list[int],
                      temperature: float, top_k: int, top_p: float, seed: int, positions: list[int],
-                     max_rounds: int) -> tuple[int, list[int], float]:
+                     verdict_round: int) -> tuple[int, list[int], float]:
     """One verify row's verdict by the sampling head's rule with the proposer's distributions, in
     float64 from the programs' fp32 logits [tokens, V], the row's input ids (token j + 1 the
     draft after token j), q [drafts, V], the head's own draws ``picks`` [tokens] and the same
@@ -230,13 +237,13 @@ def proposal_verdict(logits: torch.Tensor, inputs: list[int], draft_probs: torch
         p, boundary = allowed_distribution(logits[j].double().numpy(), temperature, top_k, top_p)
         margin = min(margin, boundary)
         q = draft_probs[j].double().numpy()
-        u = philox_uniforms(seed, positions[j], max_rounds, vocab)[draft]
+        u = philox_uniforms(seed, positions[j], verdict_round, vocab)[draft]
         margin = min(margin, abs(u * q[draft] - p[draft]) / p[draft] if p[draft] > 0 else float("inf"))
         if u * q[draft] < p[draft]:
             emitted.append(draft)
             continue
         excess = p - q
-        noise = philox_uniforms(seed, positions[j], max_rounds + 1, vocab)
+        noise = philox_uniforms(seed, positions[j], verdict_round + 1, vocab)
         z = np.where(excess > 0, np.log(np.where(excess > 0, excess, 1.0)) - np.log(-np.log(noise)), -np.inf)
         x = int(np.argmax(z))
         margin = min(margin, float(z[x] - np.partition(z, -2)[-2]))
@@ -268,29 +275,34 @@ def philox_uniforms(seed: int, position: int, round: int, vocab: int) -> np.ndar
     return ((c0 >> np.uint64(9)).astype(np.float64) + 0.5) / 2.0**23
 
 
-def sample_reference(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int, position: int,
-                     max_rounds: int) -> tuple[int, float]:
+def sample_reference(logits: torch.Tensor, temperature: float, top_k: int, top_p: float, seed: int,
+                     position: int) -> tuple[int, float]:
     """One row's draw by the sampling head's rule, in float64 from its fp32 logits and the same
-    uniforms (``philox_uniforms``): (the id, the smallest margin any of its decisions had: the
-    Gumbel maximum over the runner-up, the mass test's distance from its bound; below fp32's
-    rounding, the programs may decide otherwise)."""
+    uniforms (``philox_uniforms``): the first draw over every id (Gumbel-max, round 0), kept where
+    it is in the allowed set, else a draw over the allowed set alone (round 1); (the id, the
+    smallest margin any of its decisions had: a Gumbel maximum over its runner-up, the mass
+    test's distance from its bound; below fp32's rounding, the programs may decide otherwise)."""
     logit = logits.double().numpy()
     greedy = int(np.argmax(logit))
     if temperature <= 0 or top_p <= 0:
         return greedy, float("inf")
     best = logit.max()
     e = np.exp((logit - best) / temperature)
-    total, floor, margin = e.sum(), -np.inf, float("inf")
-    for r in range(max_rounds):
-        z = np.where(logit > floor, (logit - best) / temperature - np.log(-np.log(
-            philox_uniforms(seed, position, r, logit.size))), -np.inf)
-        x = int(np.argmax(z))
-        runner_up = np.partition(z, -2)[-2]
-        margin = min(margin, float(z[x] - runner_up))
-        over = logit > logit[x]
-        mass = e[over].sum()
-        margin = min(margin, float(abs(mass - top_p * total) / total))
-        if (top_k <= 0 or over.sum() < top_k) and mass < top_p * total:
-            return x, margin
-        floor = logit[x]
-    return greedy, margin
+    total = e.sum()
+    z = (logit - best) / temperature - np.log(-np.log(philox_uniforms(seed, position, 0, logit.size)))
+    x = int(np.argmax(z))
+    margin = float(z[x] - np.partition(z, -2)[-2])
+    over = logit > logit[x]
+    mass = e[over].sum()
+    margin = min(margin, float(abs(mass - top_p * total) / total))
+    if (top_k <= 0 or over.sum() < top_k) and mass < top_p * total:
+        return x, margin
+    # the second draw, over S: only the ids whose perturbed logit reaches the winner's could change
+    # it by falling on the other side of S's boundary, so only their mass tests' margins count
+    allowed, distance = allowed_ids(logit, temperature, top_k, top_p)
+    z = (logit - best) / temperature - np.log(-np.log(philox_uniforms(seed, position, 1, logit.size)))
+    within = np.where(allowed, z, -np.inf)
+    y = int(np.argmax(within))
+    runner_up = np.partition(within, -2)[-2]
+    margin = min(margin, float(distance[z >= z[y]].min()))
+    return y, min(margin, float(z[y] - runner_up) if np.isfinite(runner_up) else float("inf"))

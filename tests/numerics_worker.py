@@ -17,7 +17,7 @@ from monobuild.bench.cases import poison_past_context
 from monobuild.bench.checkpoints import random_hf_state_dict
 from monobuild.bench.reference import greedy_verdict, proposal_verdict, reference_step, sample_reference
 from monobuild.compiler.interpret import InterpretedStep
-from monobuild.compiler.ops.head import MAX_ROUNDS
+from monobuild.compiler.ops.head import VERDICT_ROUND
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
@@ -216,7 +216,7 @@ def main(case: dict, workdir: Path) -> dict:
 def _reference_draw(logits, sampling, row: int, position: int) -> tuple[int, float]:
     """A token row's draw by its row's settings, as the sampling head's rule makes it (float64)."""
     return sample_reference(logits.float(), float(sampling.temperature[row]), int(sampling.top_k[row]),
-                            float(sampling.top_p[row]), int(sampling.seed[row]), position, MAX_ROUNDS)
+                            float(sampling.top_p[row]), int(sampling.seed[row]), position)
 
 
 def _proposal_verdicts(step, logits, next_ids, ids, positions, sampling, ctx, tokens) -> dict:
@@ -230,7 +230,7 @@ def _proposal_verdicts(step, logits, next_ids, ids, positions, sampling, ctx, to
         accepted, emitted, margin = proposal_verdict(
             logits[span], ids[span].tolist(), sampling.draft_probs[b], next_ids[span].tolist(),
             float(sampling.temperature[b]), int(sampling.top_k[b]), float(sampling.top_p[b]), int(sampling.seed[b]),
-            positions[span].tolist(), MAX_ROUNDS)
+            positions[span].tolist(), VERDICT_ROUND)
         if margin > DECIDED:
             decided += 1
             ok &= got_accepted[b] == accepted and got_emitted[b] == emitted

@@ -19,7 +19,6 @@ import yaml
 from monobuild.bench.checkpoints import random_hf_state_dict
 from monobuild.bench.reference import greedy_verdict, reference_step, sample_reference
 from monobuild.compiler.interpret import InterpretedRanks
-from monobuild.compiler.ops.head import MAX_ROUNDS
 from monobuild.compiler.plan import plan_recipe
 from monobuild.compiler.recipe import load_recipe
 from monobuild.compiler.schedule import load_schedule, parse_schedule
@@ -92,7 +91,7 @@ def main(case: dict, workdir: Path) -> dict:
         logits = ranks[0].logits
         draws = [sample_reference(logits[m].float(), float(sampling.temperature[m // tokens]),
                                   int(sampling.top_k[m // tokens]), float(sampling.top_p[m // tokens]),
-                                  int(sampling.seed[m // tokens]), int(positions[m]), MAX_ROUNDS)
+                                  int(sampling.seed[m // tokens]), int(positions[m]))
                  for m in range(rows * tokens)]
         return {"rel_err": ((logits.double() - ref).norm() / ref.norm()).item(),
                 "logits_same": all(torch.equal(b.logits, logits) for b in ranks),

@@ -20,7 +20,8 @@ import triton
 import triton.language as tl
 
 from monobuild.bench.reference import allowed_distribution, proposal_verdict, sample_reference
-from monobuild.compiler.kernels.head import _allowed_threshold, _draw, sample_op, tile_parts
+from monobuild.compiler.kernels.head import _allowed_threshold, _draw, _tile_maxima, sample_op, tile_parts
+from monobuild.compiler.ops.head import VERDICT_ROUND
 
 
 @triton.jit
@@ -35,27 +36,26 @@ def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_
 def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature, top_k,
                   top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
                   M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr,
-                  MAX_ROUNDS: tl.constexpr):
+                  VERDICT_ROUND: tl.constexpr):
     sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions,
               temperature, top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS, V, M, BN, TILES_P,
-              M // TOKENS, TOKENS, BV, MAX_ROUNDS)
+              M // TOKENS, TOKENS, BV, VERDICT_ROUND)
 
 
 @triton.jit
 def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temperature, top_k, top_p, tau, mass,
-                     V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr):
+                     V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
     m = tl.program_id(0)
     temp, k, p = tl.load(temperature + m), tl.load(top_k + m), tl.load(top_p + m)
-    _, best, total = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V, BN, TILES_P,
-                           BV, 1)
-    floor, norm = _allowed_threshold(logits + m * V, tile_max + m * tl.cdiv(V, BN), best, 1.0 / temp, total, k, p, V,
-                                     BN, TILES_P)
+    _, best, total, _, _, _ = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V,
+                                    BN, TILES_P)
+    floor, norm = _allowed_threshold(logits + m * V, _tile_maxima(tile_max, m, V, BN, TILES_P), best, 1.0 / temp,
+                                     total, k, p, V, BN, TILES_P)
     tl.store(tau + m, floor)
     tl.store(mass + m, norm)
 
 
-def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int, bn: int, tiles_p: int,
-                 bv: int) -> dict:
+def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int, bn: int, tiles_p: int) -> dict:
     """Each row's allowed set by ``_allowed_threshold`` (as the ids at or above its threshold, and
     its mass relative to the reference's) beside ``allowed_distribution``'s, with its margin."""
     rows = len(settings)
@@ -63,7 +63,7 @@ def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int,
     threshold_kernel[(rows,)](logits, *parts, torch.tensor([s[0] for s in settings], dtype=torch.float32),
                               torch.tensor([s[1] for s in settings], dtype=torch.int32),
                               torch.tensor([s[2] for s in settings], dtype=torch.float32), tau, mass, V=vocab, BN=bn,
-                              TILES_P=tiles_p, BV=bv)
+                              TILES_P=tiles_p)
     out = {"set_equal": [], "mass_error": [], "set_margins": [], "set_sizes": []}
     for b, (temperature, top_k, top_p) in enumerate(settings):
         row = logits[b].double().numpy()
@@ -80,7 +80,7 @@ def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int,
 def main(case: dict) -> dict:
     gen = torch.Generator().manual_seed(case["seed"])
     settings, t = case["settings"], case.get("tokens", 1)
-    rows, vocab, bn, bv, rounds = len(settings), case["vocab"], case["block_n"], case["chunk"], case["max_rounds"]
+    rows, vocab, bn, bv = len(settings), case["vocab"], case["block_n"], case["chunk"]
     m = rows * t
     tiles = -(-vocab // bn)
     tiles_p = max(triton.next_power_of_2(tiles), bv // bn)
@@ -110,20 +110,20 @@ def main(case: dict) -> dict:
                            M_P=triton.next_power_of_2(m), TOKENS=t)
     sample_kernel[(rows,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
                            top_k, top_p, seeds, ids, accepted, emitted, q, DRAFT_PROBS=t > 1, V=vocab, M=m, BN=bn,
-                           TILES_P=tiles_p, TOKENS=t, BV=bv, MAX_ROUNDS=rounds)
-    wanted = [sample_reference(logits[n], *settings[n // t], int(seeds[n // t]), int(positions[n]), rounds)
+                           TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
+    wanted = [sample_reference(logits[n], *settings[n // t], int(seeds[n // t]), int(positions[n]))
               for n in range(m)]
     out = {"ids": next_ids.tolist(), "wanted": [x for x, _ in wanted], "margins": [g for _, g in wanted],
            "argmax": logits.argmax(-1).tolist()}
     if t > 1:
         verdicts = [proposal_verdict(logits[b * t: (b + 1) * t], ids[b * t: (b + 1) * t].tolist(), q[b],
                                      next_ids[b * t: (b + 1) * t].tolist(), *settings[b], int(seeds[b]),
-                                     positions[b * t: (b + 1) * t].tolist(), rounds) for b in range(rows)]
+                                     positions[b * t: (b + 1) * t].tolist(), VERDICT_ROUND) for b in range(rows)]
         out.update(accepted=accepted.tolist(), emitted=emitted.view(rows, t).tolist(),
                    verdicts=[v[:2] for v in verdicts], verdict_margins=[v[2] for v in verdicts])
     if case.get("threshold"):
         out.update(allowed_sets(logits, settings, (tile_max, tile_arg, tile_z, tile_zarg, tile_mass), vocab, bn,
-                                tiles_p, bv))
+                                tiles_p))
     return out
 
 

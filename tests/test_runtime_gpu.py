@@ -545,7 +545,7 @@ def test_a_sampled_verify_bands_verdict_accepts_the_drafts_it_draws(sampler, acc
 
 
 DRAFTED = Path(PACKAGES) / "llama-3.2-1b-draft-probs-sm_90" / "sm_90"
-MAX_ROUNDS = 64  # the sampling head's (compiler.ops.head.MAX_ROUNDS): the verdict's uniforms follow its draws'
+VERDICT_ROUND = 2  # the sampling head's (compiler.ops.head.VERDICT_ROUND): the verdict's uniforms follow its draw's
 
 
 @pytest.fixture(scope="module")
@@ -601,7 +601,7 @@ def test_a_verdict_with_the_drafts_distributions_is_the_references(drafted, mode
             span = slice(4 * b, 4 * b + 4)
             want = proposal_verdict(step.logits[span].cpu(), i.tokens[span].tolist(), sampling.draft_probs[b].cpu(),
                                     ids[span].tolist(), temperature, int(sampling.top_k[b]), 1.0,
-                                    int(sampling.seed[b]), i.positions[span].tolist(), MAX_ROUNDS)
+                                    int(sampling.seed[b]), i.positions[span].tolist(), VERDICT_ROUND)
             if want[2] > 1e-4:
                 decided += 1
                 assert (accepted[b], emitted[b]) == want[:2], f"step {n}, row {b}"

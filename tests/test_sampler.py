@@ -1,8 +1,9 @@
-"""The sampling head's draw over a vocabulary of several sampling chunks, under Triton's CPU
-interpreter (``sampler_worker.py``): the tiny models' vocabularies fit one chunk, so only here do
-the sample op's passes skip the chunks whose tiles hold no id above their bound, and do
-rejection rounds run over several chunks. Each row's id must be the float64 reference's, given
-the same logits and uniforms, wherever its decisions are not within fp32's rounding."""
+"""The sampling head's draw over a vocabulary of many tiles, under Triton's CPU interpreter
+(``sampler_worker.py``): the tiny models' vocabularies fit a few tiles, so only here do the sample
+op's passes skip the tiles that hold no id above their bound, and do its second draws (over the
+allowed set, where the first falls outside it) and threshold searches run over many. Each row's
+id must be the float64 reference's, given the same logits and uniforms, wherever its decisions
+are not within fp32's rounding."""
 
 import json
 import os
@@ -12,7 +13,7 @@ from pathlib import Path
 
 DECIDED = 1e-4  # as the step's numerics tests: a closer decision is not compared
 # per row: temperature, top_k, top_p (greedy, plain temperature, top-k, top-p, both, and top-k 1
-# at a high temperature: rejected round after round until the floor leaves the argmax alone)
+# at a high temperature: a first draw outside the allowed set, the second the argmax alone)
 SETTINGS = [(0.0, 0, 1.0), (0.8, 0, 1.0), (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (4.0, 1, 1.0),
             (1.0, 5, 1.0), (1.5, 0, 0.3), (1.2, 3, 0.9), (4.0, 1, 1.0), (2.0, 20, 0.5), (2.0, 0, 0.6)]
 PEAKS = [8000, 100, 5000, 2100, 6500, 8150, 300, 60, 4100, 20, 1000, 7000]  # each row's likeliest ids
@@ -28,7 +29,7 @@ def _run_worker(case: dict) -> dict:
 
 def test_the_sampler_draws_the_references_ids_over_several_chunks():
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": SETTINGS, "vocab": 4 * 2048 + 100,
-            "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
+            "block_n": 128, "chunk": 2048, "scale": 1.5,
             "peaks": PEAKS}
     out = _run_worker(case)
     assert all(out["ids"][b] == out["argmax"][b] for b in (0, 5, 9)), f"{case}: {out}"  # greedy, top-k 1
@@ -48,7 +49,7 @@ def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
     pass walks every one): each row's verdict is ``proposal_verdict``'s, given the same logits,
     draws and uniforms, wherever its decisions are not within fp32's rounding."""
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": VERIFY_SETTINGS, "tokens": 4,
-            "vocab": 3 * 2048 + 77, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
+            "vocab": 3 * 2048 + 77, "block_n": 128, "chunk": 2048, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000]}
     out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["verdict_margins"]) if margin > DECIDED]
@@ -73,7 +74,7 @@ def test_the_verdicts_allowed_set_is_the_references():
     mass test is not within fp32's rounding of the bound, and its mass is the set's within fp32's
     rounding of the sums."""
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": THRESHOLD_SETTINGS, "threshold": True,
-            "vocab": 4 * 2048 + 100, "block_n": 128, "chunk": 2048, "max_rounds": 64, "scale": 1.5,
+            "vocab": 4 * 2048 + 100, "block_n": 128, "chunk": 2048, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000, 7000, 800, 5100, 1500], "bf16_rows": [7, 8]}
     out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["set_margins"]) if margin > DECIDED]

@@ -161,7 +161,7 @@ def _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS: tl.
 def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
               top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
               M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr,
-              BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+              BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per row of
     TOKENS token rows. A verify band's rows (TOKENS > 1) also get the speculative verdict, as the
     greedy head's: the drafts up to the first that is not the id drawn after the token before it
@@ -185,8 +185,8 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
         for j in range(TOKENS):
             m = row * TOKENS + j
             position = tl.load(positions + m).to(tl.uint32)
-            pick, best, total = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p,
-                                                 k, key, position, V, BN, TILES_P, BV, MAX_ROUNDS)
+            pick, best, total, tau, norm, found = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass,
+                                                        temp, p, k, key, position, V, BN, TILES_P)
             tl.store(next_ids + m, pick)
             if TOKENS > 1:
                 has_draft = j < TOKENS - 1
@@ -196,8 +196,8 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                 if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
                     if alive & has_draft:
                         emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total,
-                                                       tile_max, draft_probs, temp, p, k, key, position, V, BN,
-                                                       BV, TILES_P, MAX_ROUNDS)
+                                                       tau, norm, found, tile_max, draft_probs, temp, p, k, key,
+                                                       position, V, BN, BV, TILES_P, VERDICT_ROUND)
                 tl.store(emitted + m, tl.where(alive, emit, -1))
                 alive = alive & has_draft & keep
                 n += alive.to(tl.int32)
@@ -206,36 +206,36 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
 
 
 @triton.jit
-def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tile_max, draft_probs, temp, p, k, key,
-                      position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr, TILES_P: tl.constexpr,
-                      MAX_ROUNDS: tl.constexpr):
+def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm, found, tile_max, draft_probs, temp,
+                      p, k, key, position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
+                      TILES_P: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
     ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
     over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
     top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
-    renormalized (Gumbel-max in one pass over the row's logits and q). ``best`` and ``total``
-    are ``_draw``'s: the row's largest logit and the mass of every id. p's normalizer is
-    ``total`` where S is every id, else the mass at or above S's threshold
-    (``_allowed_threshold``, from the row's logits and its tiles' maxima in ``tile_max``). A
-    greedy row (temperature or top_p 0) keeps d when it is its greedy id ``pick`` and emits
-    ``pick``: the rule over a one-id p. The uniforms are the row's seed's at the token's
-    position in rounds past the draws' (u: round MAX_ROUNDS at id d; the correction's noise:
-    round MAX_ROUNDS + 1), independent of ``pick``'s."""
+    renormalized (Gumbel-max in one pass over the row's logits and q). ``best``, ``total``,
+    ``tau``, ``norm`` and ``found`` are ``_draw``'s: the row's largest logit, the mass of every
+    id, and S's threshold and mass where its draw found them. p's normalizer is ``total`` where
+    S is every id, else the mass at or above S's threshold (``_allowed_threshold``, from the
+    row's logits and its tiles' maxima in ``tile_max``, where the draw did not find it). A greedy
+    row (temperature or top_p 0) keeps d when it is its greedy id ``pick`` and emits ``pick``:
+    the rule over a one-id p. The uniforms are the row's seed's at the token's position in
+    rounds past the draw's (u: round VERDICT_ROUND at id d; the correction's noise: the round
+    after), independent of ``pick``'s."""
     n = tl.arange(0, BV)
     emit = pick
     keep = draft == pick
     if (temp > 0.0) & (p > 0.0):
         inv_t = 1.0 / temp
-        floor = tl.full([], float("-inf"), tl.float32)  # S: the ids whose logit is at least it
-        norm = total
-        if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            floor, norm = _allowed_threshold(logits + m * V, tile_max + m * ((V + BN - 1) // BN), best, inv_t, total, k, p,
-                                             V, BN, TILES_P)
+        floor = tau  # S: the ids whose logit is at least it
+        if ~found & ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            floor, norm = _allowed_threshold(logits + m * V, _tile_maxima(tile_max, m, V, BN, TILES_P), best, inv_t,
+                                             total, k, p, V, BN, TILES_P)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
         logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
         p_d = tl.where(logit_d >= floor, tl.exp((logit_d - best) * inv_t) / norm, 0.0)
-        u = _uniform(key, d.to(tl.uint32), position, MAX_ROUNDS)
+        u = _uniform(key, d.to(tl.uint32), position, VERDICT_ROUND)
         keep = (u * tl.load(q + d) < p_d) & (draft >= 0) & (draft < V)
         emit = tl.where(keep, draft, pick)
         if ~keep:  # the correction: a draw from max(0, p − q) (p's own draw where fp32 leaves it no mass)
@@ -245,7 +245,7 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tile_max, 
                 logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
                 p_v = tl.where(logit >= floor, tl.exp((logit - best) * inv_t) / norm, 0.0)
                 excess = p_v - tl.load(q + v, mask=v < V, other=0.0)
-                noise = _uniform(key, v.to(tl.uint32), position, MAX_ROUNDS + 1)
+                noise = _uniform(key, v.to(tl.uint32), position, VERDICT_ROUND + 1)
                 positive = (excess > 0.0) & (v < V)
                 z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
                 chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
@@ -255,7 +255,15 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tile_max, 
 
 
 @triton.jit
-def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+def _tile_maxima(tile_max, m, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+    """Token row m's tile maxima, −inf past its tiles."""
+    t = tl.arange(0, TILES_P)
+    return tl.load(tile_max + m * ((V + BN - 1) // BN) + t, mask=t < (V + BN - 1) // BN, other=float("-inf"),
+                   cache_modifier=".cg")
+
+
+@triton.jit
+def _allowed_threshold(row, vals, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
                        TILES_P: tl.constexpr):
     """S's threshold for a row whose top_k or top_p restricts it, and S's mass (of
     exp((logit − best) · inv_t)): S = the ids x whose more likely ids number fewer than k (k > 0)
@@ -264,7 +272,7 @@ def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, B
     counts, at each of SPLITS thresholds, the ids above it and their mass, and the interval
     (lo, hi] that holds τ (the test fails at lo and passes at hi) shrinks to the pair of
     thresholds around the last that passes, until the ids inside it share one logit. lo starts
-    at the tiles' floor (``_tiles_floor``) and a pass reads only the tiles whose max (``maxima``,
+    at the tiles' floor (``_tiles_floor``) and a pass reads only the tiles whose max (``vals``,
     the row's tile maxima) is above lo, so a top-k of k reads about k tiles however large the
     vocabulary. The first pass's thresholds close in on the floor geometrically; with no floor
     they sit 2^(i/2) temperatures below the best logit (and where every one passes, τ lies
@@ -273,11 +281,11 @@ def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, B
     TILES: tl.constexpr = (V + BN - 1) // BN
     GT: tl.constexpr = max(1, 256 // BN)  # tiles a step of a pass reads: 256 ids
     i = tl.arange(0, SPLITS)
-    t = tl.arange(0, TILES_P)
-    vals = tl.load(maxima + t, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
     lo = _tiles_floor(best, inv_t, total, k, p, vals, TILES_P)
     hi = best
     tau = best
+    count_hi = tl.full([], 0, tl.int32)  # the ids above hi, and their mass
+    over_hi = tl.full([], 0.0, tl.float32)
     found = tl.full([], 0, tl.int1)
     rounds = 0
     while (~found) & (rounds < 24):
@@ -287,14 +295,16 @@ def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, B
             cuts = lo + (hi - lo) * tl.exp2((i + 1).to(tl.float32) * -0.75)
         else:  # descending: best − 1, − √2, − 2, … − 2^7.5 temperatures
             cuts = best - tl.exp2(i.to(tl.float32) * 0.5) / inv_t
-        count, over, inside_min, inside_max, least = _cut_pass(row, vals, lo, hi, cuts, best, inv_t, V, BN,
-                                                               TILES_P, SPLITS, GT)
+        count, over, inside_min, inside_max, least = _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best,
+                                                               inv_t, V, BN, TILES_P, SPLITS, GT)
         passes = ((k <= 0) | (count < k)) & (over < p * total)
         found = inside_min == inside_max  # one logit left in (lo, hi]: τ
         tau = tl.where(found, inside_max, tau)
         if ~found:  # (lo, hi] ← (the first cut that fails, the last that passes]
             last = tl.max(tl.where(passes, i, -1), axis=0)
             hi = tl.where(last >= 0, tl.sum(tl.where(i == last, cuts, 0.0), axis=0), hi)
+            count_hi = tl.where(last >= 0, tl.sum(tl.where(i == last, count, 0), axis=0), count_hi)
+            over_hi = tl.where(last >= 0, tl.sum(tl.where(i == last, over, 0.0), axis=0), over_hi)
             # where every cut of a pass with no floor passes, just below the least logit: the test
             # fails there (every id is above it: V ≥ k where 0 < k < V, else a whole mass ≥ p < 1);
             # below it by at least 8 of its ulps, so at any magnitude
@@ -304,9 +314,10 @@ def _allowed_threshold(row, maxima, best, inv_t, total, k, p, V: tl.constexpr, B
     tau = tl.where(found, tau, hi)
     mass = tl.full([], 0.0, tl.float32)  # S's: the ids at or above τ
     held = vals >= tau
-    rank, steps, dense = _held_steps(held, TILES, GT)
+    steps, dense = _held_steps(held, TILES, GT)
+    after = tl.full([], -1, tl.int32)
     for step in range(0, steps):
-        logit, _ = _step_logits(row, held, rank, step, dense, GT, V, BN, TILES_P)
+        logit, _, _, after = _step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
         mass += tl.sum(tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0), axis=0)
     return tau, mass
 
@@ -349,48 +360,53 @@ def _key_float(key):
 
 
 @triton.jit
-def _cut_pass(row, vals, lo, hi, cuts, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr,
-              SPLITS: tl.constexpr, GT: tl.constexpr):
+def _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t, V: tl.constexpr, BN: tl.constexpr,
+              TILES_P: tl.constexpr, SPLITS: tl.constexpr, GT: tl.constexpr):
     """A pass of ``_allowed_threshold``'s search over the tiles whose max is above lo (every id
-    above lo is in one): at each cut, the ids above it and their mass; the least and the greatest
-    logit in (lo, hi]; and the least logit read (the row's where lo is −inf). A step reads GT tiles."""
+    above lo is in one): at each cut, the ids above it and their mass (``count_hi`` and
+    ``over_hi``, those above hi, an earlier pass's, and the ids inside (lo, hi] this one counts:
+    a step with none inside skips the cuts); the least and the greatest logit in (lo, hi]; and the
+    least logit read (the row's where lo is −inf). A step reads GT tiles."""
     held = vals > lo
-    rank, steps, dense = _held_steps(held, (V + BN - 1) // BN, GT)
-    count = tl.zeros([SPLITS], tl.int32)
-    over = tl.zeros([SPLITS], tl.float32)
+    steps, dense = _held_steps(held, (V + BN - 1) // BN, GT)
+    after = tl.full([], -1, tl.int32)
+    count = tl.zeros([SPLITS], tl.int32) + count_hi
+    over = tl.zeros([SPLITS], tl.float32) + over_hi
     inside_min = tl.full([GT * BN], float("inf"), tl.float32)
     inside_max = tl.full([GT * BN], float("-inf"), tl.float32)
     least = tl.full([GT * BN], float("inf"), tl.float32)
     for step in range(0, steps):
-        logit, ok = _step_logits(row, held, rank, step, dense, GT, V, BN, TILES_P)
-        above = logit[:, None] > cuts[None, :]
-        count += tl.sum(above.to(tl.int32), axis=0)
-        over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
+        logit, ok, _, after = _step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
         inside = (logit > lo) & (logit <= hi)
-        inside_min = tl.minimum(inside_min, tl.where(inside, logit, float("inf")))
-        inside_max = tl.maximum(inside_max, tl.where(inside, logit, float("-inf")))
+        if tl.max(inside.to(tl.int32), axis=0) > 0:
+            above = inside[:, None] & (logit[:, None] > cuts[None, :])
+            count += tl.sum(above.to(tl.int32), axis=0)
+            over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
+            inside_min = tl.minimum(inside_min, tl.where(inside, logit, float("inf")))
+            inside_max = tl.maximum(inside_max, tl.where(inside, logit, float("-inf")))
         least = tl.minimum(least, tl.where(ok, logit, float("inf")))
     return count, over, tl.min(inside_min, axis=0), tl.max(inside_max, axis=0), tl.min(least, axis=0)
 
 
 @triton.jit
 def _held_steps(held, TILES: tl.constexpr, GT: tl.constexpr):
-    """How a pass walks the tiles ``held`` marks (those that may hold an id it counts): each
-    held tile's rank among them, the pass's steps of GT tiles, and whether it walks every tile in
-    order instead (where over half are held, gathering them would cost more than it skips)."""
+    """How a pass walks the tiles ``held`` marks (those that may hold an id it counts): its steps
+    of GT tiles, and whether it walks every tile in order instead (where over half are held,
+    gathering them would cost more than it skips)."""
     n = tl.sum(held.to(tl.int32), axis=0)
     dense = n * 2 > TILES
-    return tl.cumsum(held.to(tl.int32), axis=0) - 1, tl.where(dense, (TILES + GT - 1) // GT, (n + GT - 1) // GT), dense
+    return tl.where(dense, (TILES + GT - 1) // GT, (n + GT - 1) // GT), dense
 
 
 @triton.jit
-def _step_logits(row, held, rank, step, dense, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
-                 TILES_P: tl.constexpr):
-    """A pass's step: GT · BN logits, −inf past the vocabulary (and past the last held tile), and
-    which of them are ids. Walking densely, the step'th GT tiles in order (an unheld tile's ids
-    are at or below the pass's bound, where they count for nothing it finds); else the held tiles
-    of ranks step · GT … step · GT + GT − 1 (``rank``: each tile's among the held ones)."""
+def _step_ids(row, held, after, step, dense, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
+              TILES_P: tl.constexpr):
+    """A pass's step: GT · BN logits, −inf past the vocabulary (and past the last held tile),
+    which of them are ids, their ids, and the last tile it took. Walking densely, the step'th GT
+    tiles in order (an unheld tile's ids are at or below the pass's bound, where they count for
+    nothing it finds); else the next GT held tiles after tile ``after``."""
     e = tl.arange(0, GT * BN)
+    last = after
     if dense:
         v = step * (GT * BN) + e
         ok = v < V
@@ -399,35 +415,36 @@ def _step_logits(row, held, rank, step, dense, GT: tl.constexpr, V: tl.constexpr
         v = tl.zeros([GT * BN], tl.int32)
         ok = tl.zeros([GT * BN], tl.int1)
         for g in tl.static_range(GT):
-            tile = tl.max(tl.where(held & (rank == step * GT + g), t, -1), axis=0)  # −1: past the last held tile
+            last = tl.min(tl.where(held & (t > last), t, TILES_P), axis=0)  # TILES_P: past the last held tile
             part = e // BN == g
-            v = tl.where(part, tile * BN + e % BN, v)
-            ok = tl.where(part, tile >= 0, ok)
+            v = tl.where(part, last * BN + e % BN, v)
+            ok = tl.where(part, last < TILES_P, ok)
         ok = ok & (v < V)
-    return tl.load(row + v, mask=ok, other=float("-inf"), cache_modifier=".cg"), ok
+    return tl.load(row + v, mask=ok, other=float("-inf"), cache_modifier=".cg"), ok, v, last
 
 
 @triton.jit
 def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, key, position, V: tl.constexpr,
-          BN: tl.constexpr, TILES_P: tl.constexpr, BV: tl.constexpr, MAX_ROUNDS: tl.constexpr):
+          BN: tl.constexpr, TILES_P: tl.constexpr):
     """Token row m's id, drawn from softmax(logits / temperature) over its row's set S, the ids
     within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
-    against the whole distribution), by rejection: draw x from the ids above a floor (Gumbel-max),
-    accept it if x ∈ S (a pass counts the ids above it and their mass), else raise the floor to x
-    (every id at or below it is outside S too) and draw again; the draws' uniforms come from the
-    row's seed, the token's position and the round. The first round's draw and the distribution's
-    mass come from the tiles' parts (``logits_op``), and a row whose S is every id (top_k 0,
-    top_p ≥ 1) takes that draw with no pass at all; later rounds draw in a pass of their own. A
-    pass reads only the chunks whose tiles hold an id above its bound.
-    A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first index of its largest
-    logit. TILES_P is the tiles rounded up to a power of two, and to whole chunks of BV ids.
-    ``temp``, ``p``, ``k`` and ``key`` are the row's settings, ``position`` the token's. Returns
-    the id, with what a verdict over the same distribution reuses (``_proposal_verdict``): the
-    row's largest logit and the mass of every id (0 for a greedy row)."""
+    against the whole distribution). The first draw is over every id (Gumbel-max; its uniforms
+    are round 0's, its parts the logits op's tiles'); it stands where S is every id (top_k 0,
+    top_p ≥ 1: no pass at all) or where it lands in S (a pass over the tiles above it counts its
+    more likely ids and their mass). Else the id is a second draw, over S alone: S's threshold
+    (``_allowed_threshold``), then one Gumbel-max pass over the ids at or above it with round 1's
+    uniforms. This is p over S exactly: the first draw lands on an id y of S with probability
+    p(y), the second draw, taken with probability 1 − P(S), gives y with p(y) / P(S), and the two
+    sum to p(y) / P(S). A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first
+    index of its largest logit. The uniforms come from the row's seed, the token's position and
+    the round. ``temp``, ``p``, ``k`` and ``key`` are the row's settings, ``position`` the
+    token's; TILES_P is the tiles rounded up to a power of two. Returns the id, with what a
+    verdict over the same distribution reuses (``_proposal_verdict``): the row's largest logit,
+    the mass of every id (0 for a greedy row), and S's threshold and mass where the second draw
+    found them (else −inf and the mass of every id), and whether it did."""
     TILES: tl.constexpr = (V + BN - 1) // BN
-    CHUNKS: tl.constexpr = TILES_P // (BV // BN)
     t = tl.arange(0, TILES_P)
-    n = tl.arange(0, BV)
+    row = logits + m * V
     # every load up front, so their L2 round trips overlap
     part = m * TILES + t
     vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
@@ -437,50 +454,62 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
     best = tl.max(vals, axis=0)
     pick = tl.min(tl.where(vals == best, args, V), axis=0)
-    # a pass visits only the chunks of BV ids that hold an id above its bound (their tiles'
-    # maxima say which): those alone can change what it finds
-    chunk_max = tl.max(tl.reshape(vals, [CHUNKS, BV // BN]), axis=1)
     total = tl.full([], 0.0, tl.float32)
+    tau = tl.full([], float("-inf"), tl.float32)
+    norm = tl.full([], 0.0, tl.float32)
+    found = tl.full([], 0, tl.int1)
     if (temp > 0.0) & (p > 0.0):
         inv_t = 1.0 / temp
         shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
         total = tl.sum(tl.exp(shift) * mass, axis=0)
+        norm = total
         tiles_z += shift
         top = tl.max(tiles_z, axis=0)
-        first = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
-        every = ((k <= 0) | (k >= V)) & (p >= 1.0)  # S is every id: the first draw stands
-        pick = tl.where(every, first, pick)
-        chunk = tl.arange(0, CHUNKS)
-        floor = tl.full([], float("-inf"), tl.float32)
-        done = every
-        r = tl.full([], 0, tl.int32)
-        while (r < MAX_ROUNDS) & (~done):
-            x = first
-            if r > 0:
-                top_z = tl.full([], float("-inf"), tl.float32)
-                c = tl.min(tl.where(chunk_max > floor, chunk, CHUNKS), axis=0)
-                while c < CHUNKS:  # one draw among the ids above the floor
-                    v = c * BV + n
-                    logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                    u = _uniform(key, v.to(tl.uint32), position, r.to(tl.uint32))
-                    z = tl.where(logit > floor, (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
-                    chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                    x = tl.where(chunk_z > top_z, c * BV + at, x)
-                    top_z = tl.maximum(chunk_z, top_z)
-                    c = tl.min(tl.where((chunk_max > floor) & (chunk > c), chunk, CHUNKS), axis=0)
-            lx = tl.load(logits + m * V + x, cache_modifier=".cg")
-            above = tl.full([], 0, tl.int32)
-            over_mass = tl.full([], 0.0, tl.float32)
-            c = tl.min(tl.where(chunk_max > lx, chunk, CHUNKS), axis=0)
-            while c < CHUNKS:  # the ids more likely than x: how many, and their mass
-                v = c * BV + n
-                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                over = logit > lx
-                above += tl.sum(over.to(tl.int32), axis=0)
-                over_mass += tl.sum(tl.where(over, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-                c = tl.min(tl.where((chunk_max > lx) & (chunk > c), chunk, CHUNKS), axis=0)
-            done = ((k <= 0) | (above < k)) & (over_mass < p * total)
-            pick = tl.where(done, x, pick)
-            floor = tl.where(done, floor, lx)
-            r += 1
-    return pick, best, total
+        pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
+        if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            above, over_mass = _above(row, vals, tl.load(row + pick, cache_modifier=".cg"), best, inv_t, V, BN,
+                                      TILES_P)
+            if ~(((k <= 0) | (above < k)) & (over_mass < p * total)):
+                tau, norm = _allowed_threshold(row, vals, best, inv_t, total, k, p, V, BN, TILES_P)
+                found = tl.full([], 1, tl.int1)
+                pick = _draw_within(row, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
+    return pick, best, total, tau, norm, found
+
+
+@triton.jit
+def _above(row, vals, x, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+    """How many of the row's logits are above x, and their mass, over the tiles whose max
+    (``vals``) is above it."""
+    GT: tl.constexpr = max(1, 256 // BN)
+    held = vals > x
+    steps, dense = _held_steps(held, (V + BN - 1) // BN, GT)
+    after = tl.full([], -1, tl.int32)
+    count = tl.full([], 0, tl.int32)
+    over = tl.full([], 0.0, tl.float32)
+    for step in range(0, steps):
+        logit, _, _, after = _step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        count += tl.sum((logit > x).to(tl.int32), axis=0)
+        over += tl.sum(tl.where(logit > x, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+    return count, over
+
+
+@triton.jit
+def _draw_within(row, vals, tau, best, inv_t, key, position, V: tl.constexpr, BN: tl.constexpr,
+                 TILES_P: tl.constexpr):
+    """A Gumbel-max draw among the row's ids at or above τ, with round 1's uniforms, over the
+    tiles whose max is: the first id of the largest perturbed logit."""
+    GT: tl.constexpr = max(1, 256 // BN)
+    held = vals >= tau
+    steps, dense = _held_steps(held, (V + BN - 1) // BN, GT)
+    after = tl.full([], -1, tl.int32)
+    top_z = tl.full([], float("-inf"), tl.float32)
+    pick = tl.full([], 0, tl.int32)
+    for step in range(0, steps):
+        logit, ok, v, after = _step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        u = _uniform(key, v.to(tl.uint32), position, 1)
+        z = tl.where(ok & (logit >= tau), (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
+        step_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        at_id = tl.sum(tl.where(tl.arange(0, GT * BN) == at, v, 0), axis=0)
+        pick = tl.where(step_z > top_z, at_id, pick)
+        top_z = tl.maximum(step_z, top_z)
+    return pick

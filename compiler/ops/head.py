@@ -15,8 +15,8 @@ from .spec import CrossRank, Need, Op, WeightStream
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
-SAMPLE_CHUNK = 2048  # vocabulary entries a sampling pass loads at a time
-MAX_ROUNDS = 64  # a row's rejection rounds before it takes its greedy id (reached with negligible probability)
+SAMPLE_CHUNK = 2048  # vocabulary entries the verdict's correction pass loads at a time
+VERDICT_ROUND = 2  # the verdict's uniforms' Philox round (the correction's the next): after the draw's 0 and 1
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        *sampling.items(), *verdict, ("draft_probs", q), ("DRAFT_PROBS", s.draft_probs),
                        ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
                        ("TILES_P", max(next_pow2(s.out_tiles), SAMPLE_CHUNK // s.block_n)),
-                       ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("MAX_ROUNDS", MAX_ROUNDS)),
+                       ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("VERDICT_ROUND", VERDICT_ROUND)),
                       writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg", *draw, "logits"),
                       needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the row's logits")),
