@@ -433,15 +433,16 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     top_p ≥ 1: no pass at all) or where it lands in S (a pass over the tiles above it counts its
     more likely ids and their mass). Else the id is a second draw, over S alone: S's threshold
     (``_allowed_threshold``), then one Gumbel-max pass over the ids at or above it with round 1's
-    uniforms. This is p over S exactly: the first draw lands on an id y of S with probability
-    p(y), the second draw, taken with probability 1 − P(S), gives y with p(y) / P(S), and the two
-    sum to p(y) / P(S). A row of temperature 0 (or top_p ≤ 0) takes its greedy id, the first
-    index of its largest logit. The uniforms come from the row's seed, the token's position and
-    the round. ``temp``, ``p``, ``k`` and ``key`` are the row's settings, ``position`` the
-    token's; TILES_P is the tiles rounded up to a power of two. Returns the id, with what a
-    verdict over the same distribution reuses (``_proposal_verdict``): the row's largest logit,
-    the mass of every id (0 for a greedy row), and S's threshold and mass where the second draw
-    found them (else −inf and the mass of every id), and whether it did."""
+    uniforms. This draws the softmax over S exactly: with π the softmax over every id, the first
+    draw lands on an id y of S with probability π(y), the second, taken with probability
+    1 − π(S), gives y with π(y) / π(S), and the two sum to π(y) / π(S). A row of temperature 0
+    (or top_p ≤ 0) takes its greedy id, the first index of its largest logit. The uniforms come
+    from the row's seed, the token's position and the round. ``temp``, ``p``, ``k`` and ``key``
+    are the row's settings, ``position`` the token's; TILES_P is the tiles rounded up to a power
+    of two. Returns the id, with what a verdict over the same distribution reuses
+    (``_proposal_verdict``): the row's largest logit, the mass of every id (0 for a greedy row),
+    and S's threshold and mass where the second draw found them (else −inf and the mass of every
+    id), and whether it did."""
     TILES: tl.constexpr = (V + BN - 1) // BN
     t = tl.arange(0, TILES_P)
     row = logits + m * V
