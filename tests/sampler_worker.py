@@ -2,12 +2,12 @@
 over a vocabulary of several sampling chunks, given fp32 logits (no GEMV in front of them).
 
 The logits op's per-tile work (``head.tile_parts``, one program a tile) and then the sample op
-(``head.sample_op``, one program a row), on fresh random logits; prints each row's id and the
+(``sample.sample_op``, one program a row), on fresh random logits; prints each row's id and the
 float64 reference's (``bench.reference.sample_reference``, the same uniforms) with its margin.
 With ``tokens`` > 1 the rows are a verify band's, their drafts' distributions given (the sample
 op's DRAFT_PROBS verdict), and it also prints each row's verdict and
 ``bench.reference.proposal_verdict``'s. With ``threshold`` it also prints each row's allowed
-set as the verdict's threshold search finds it (``head._allowed_threshold``: its threshold and
+set as the verdict's threshold search finds it (``allowed.allowed_threshold``: its threshold and
 the set's mass) and ``bench.reference.allowed_distribution``'s.
 """
 
@@ -20,7 +20,9 @@ import triton
 import triton.language as tl
 
 from monobuild.bench.reference import allowed_distribution, proposal_verdict, sample_reference
-from monobuild.compiler.kernels.head import _allowed_threshold, _draw, _tile_maxima, sample_op, tile_parts
+from monobuild.compiler.kernels.allowed import allowed_threshold, tile_maxima
+from monobuild.compiler.kernels.head import tile_parts
+from monobuild.compiler.kernels.sample import _draw, sample_op
 from monobuild.compiler.ops.head import VERDICT_ROUND
 
 
@@ -49,14 +51,14 @@ def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, t
     temp, k, p = tl.load(temperature + m), tl.load(top_k + m), tl.load(top_p + m)
     _, best, total, _, _, _ = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V,
                                     BN, TILES_P)
-    floor, norm = _allowed_threshold(logits + m * V, _tile_maxima(tile_max, m, V, BN, TILES_P), best, 1.0 / temp,
+    floor, norm = allowed_threshold(logits + m * V, tile_maxima(tile_max, m, V, BN, TILES_P), best, 1.0 / temp,
                                      total, k, p, V, BN, TILES_P)
     tl.store(tau + m, floor)
     tl.store(mass + m, norm)
 
 
 def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int, bn: int, tiles_p: int) -> dict:
-    """Each row's allowed set by ``_allowed_threshold`` (as the ids at or above its threshold, and
+    """Each row's allowed set by ``allowed_threshold`` (as the ids at or above its threshold, and
     its mass relative to the reference's) beside ``allowed_distribution``'s, with its margin."""
     rows = len(settings)
     tau, mass = torch.full((rows,), float("nan")), torch.full((rows,), float("nan"))

@@ -69,7 +69,7 @@ THRESHOLD_SETTINGS = [(1.0, 5, 1.0), (1.0, 40, 1.0), (3.0, 1, 1.0), (1.0, 100, 1
 
 
 def test_the_verdicts_allowed_set_is_the_references():
-    """The threshold search of the DRAFT_PROBS verdict (``_allowed_threshold``) over a vocabulary
+    """The threshold search of the DRAFT_PROBS verdict (``allowed_threshold``) over a vocabulary
     of 65 tiles: the ids at or above its threshold are ``allowed_distribution``'s set wherever its
     mass test is not within fp32's rounding of the bound, and its mass is the set's within fp32's
     rounding of the sums."""

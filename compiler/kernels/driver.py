@@ -32,10 +32,11 @@ import triton.language as tl
 from monobuild.compiler.kernels.attention import attention_op, attention_prefetch
 from monobuild.compiler.kernels.combine import combine_op
 from monobuild.compiler.kernels.gemv import gemv_op, gemv_prefetch
-from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op, sample_op
+from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op
 from monobuild.compiler.kernels.moe import experts_down_op, experts_up_op
 from monobuild.compiler.kernels.norm import norm_op
 from monobuild.compiler.kernels.reduce import gather_op, ranks_argmax_op, reduce_op
+from monobuild.compiler.kernels.sample import sample_op
 from monobuild.compiler.kernels.sync import clock_end, clock_start, peer_signal, peer_wait, signal, step_epoch, wait
 """
 

@@ -1,0 +1,211 @@
+"""The sampling head's sample op: each token row's id drawn from its row's softmax within top-k
+and top-p (``_draw``: a first draw over every id, whose parts the logits op's tiles made, kept
+where it is allowed, else a second over the allowed set), and in a verify band the speculative
+verdict (``sample_op``, ``_proposal_verdict``); ``uniform`` is the counter-based generator every
+draw takes its noise from. The allowed set's threshold comes from ``allowed.py``.
+"""
+
+import triton
+import triton.language as tl
+
+from .allowed import allowed_threshold, held_steps, step_ids, tile_maxima
+
+
+@triton.jit
+def uniform(seed, v, position, round):
+    """A uniform draw in (0, 1) per vocabulary entry ``v``: Philox4x32-10 keyed by the row's seed,
+    its counter (v, position, round, 0); its first word's top 23 bits plus a half, over 2²³ (exact
+    in fp32, so never 0 or 1)."""
+    zero = v * 0
+    word, _, _, _ = tl.philox(seed, v, zero + position, zero + round, zero)
+    return ((word >> 9).to(tl.float32) + 0.5) * (1.0 / 8388608.0)
+
+
+@triton.jit
+def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
+              top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
+              M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr,
+              BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+    """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per row of
+    TOKENS token rows. A verify band's rows (TOKENS > 1) also get the speculative verdict, as the
+    greedy head's: the drafts up to the first that is not the id drawn after the token before it
+    are accepted, and the drawn id after them is emitted (the correction or the bonus token).
+    For drafts a deterministic proposer made (its distribution one id), this is the
+    speculative-sampling rule exactly: a draft d is accepted with probability p(d), and a
+    rejected position's id is distributed as p without d, renormalized, which is what drawing x
+    from p and keeping it when x ≠ d gives. For drafts drawn from a distribution q of the
+    proposer's own, that rule still emits ids distributed as the target's (each emitted id is a
+    draw from p; the drafts only decide how far the row goes), but it accepts d only with
+    probability p(d); with DRAFT_PROBS the verdict takes q (``draft_probs``, [rows, drafts, V])
+    and decides by the speculative-sampling rule (``_proposal_verdict``)."""
+    for row in range(pid, M // TOKENS, G):
+        # the row's settings, read once for its token rows
+        temp = tl.load(temperature + row)
+        p = tl.load(top_p + row)
+        k = tl.load(top_k + row)
+        key = tl.load(seed + row)
+        alive = tl.full([], 1, tl.int1)  # every draft so far accepted
+        n = tl.full([], 0, tl.int32)
+        for j in range(TOKENS):
+            m = row * TOKENS + j
+            position = tl.load(positions + m).to(tl.uint32)
+            pick, best, total, tau, norm, found = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass,
+                                                        temp, p, k, key, position, V, BN, TILES_P)
+            tl.store(next_ids + m, pick)
+            if TOKENS > 1:
+                has_draft = j < TOKENS - 1
+                draft = tl.load(tokens + m + 1, mask=has_draft, other=-1)  # token j + 1: the draft after j
+                emit = pick
+                keep = draft == pick
+                if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
+                    if alive & has_draft:
+                        emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total,
+                                                       tau, norm, found, tile_max, draft_probs, temp, p, k, key,
+                                                       position, V, BN, BV, TILES_P, VERDICT_ROUND)
+                tl.store(emitted + m, tl.where(alive, emit, -1))
+                alive = alive & has_draft & keep
+                n += alive.to(tl.int32)
+        if TOKENS > 1:
+            tl.store(accepted + row, n)
+
+
+@triton.jit
+def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm, found, tile_max, draft_probs, temp,
+                      p, k, key, position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
+                      TILES_P: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+    """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
+    ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
+    over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
+    top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
+    renormalized (Gumbel-max in one pass over the row's logits and q). ``best``, ``total``,
+    ``tau``, ``norm`` and ``found`` are ``_draw``'s: the row's largest logit, the mass of every
+    id, and S's threshold and mass where its draw found them. p's normalizer is ``total`` where
+    S is every id, else the mass at or above S's threshold (``allowed_threshold``, from the
+    row's logits and its tiles' maxima in ``tile_max``, where the draw did not find it). A greedy
+    row (temperature or top_p 0) keeps d when it is its greedy id ``pick`` and emits ``pick``:
+    the rule over a one-id p. The uniforms are the row's seed's at the token's position in
+    rounds past the draw's (u: round VERDICT_ROUND at id d; the correction's noise: the round
+    after), independent of ``pick``'s."""
+    n = tl.arange(0, BV)
+    emit = pick
+    keep = draft == pick
+    if (temp > 0.0) & (p > 0.0):
+        inv_t = 1.0 / temp
+        floor = tau  # S: the ids whose logit is at least it
+        if ~found & ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            floor, norm = allowed_threshold(logits + m * V, tile_maxima(tile_max, m, V, BN, TILES_P), best, inv_t,
+                                             total, k, p, V, BN, TILES_P)
+        q = draft_probs + draft_row * V
+        d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
+        logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
+        p_d = tl.where(logit_d >= floor, tl.exp((logit_d - best) * inv_t) / norm, 0.0)
+        u = uniform(key, d.to(tl.uint32), position, VERDICT_ROUND)
+        keep = (u * tl.load(q + d) < p_d) & (draft >= 0) & (draft < V)
+        emit = tl.where(keep, draft, pick)
+        if ~keep:  # the correction: a draw from max(0, p − q) (p's own draw where fp32 leaves it no mass)
+            top_z = tl.full([], float("-inf"), tl.float32)
+            for c in range(0, V, BV):
+                v = c + n
+                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
+                p_v = tl.where(logit >= floor, tl.exp((logit - best) * inv_t) / norm, 0.0)
+                excess = p_v - tl.load(q + v, mask=v < V, other=0.0)
+                noise = uniform(key, v.to(tl.uint32), position, VERDICT_ROUND + 1)
+                positive = (excess > 0.0) & (v < V)
+                z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
+                chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+                emit = tl.where(chunk_z > top_z, c + at, emit)
+                top_z = tl.maximum(chunk_z, top_z)
+    return emit, keep
+
+
+@triton.jit
+def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, key, position, V: tl.constexpr,
+          BN: tl.constexpr, TILES_P: tl.constexpr):
+    """Token row m's id, drawn from softmax(logits / temperature) over its row's set S, the ids
+    within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
+    against the whole distribution). The first draw is over every id (Gumbel-max; its uniforms
+    are round 0's, its parts the logits op's tiles'); it stands where S is every id (top_k 0,
+    top_p ≥ 1: no pass at all) or where it lands in S (a pass over the tiles above it counts its
+    more likely ids and their mass). Else the id is a second draw, over S alone: S's threshold
+    (``allowed_threshold``), then one Gumbel-max pass over the ids at or above it with round 1's
+    uniforms. This draws the softmax over S exactly: with π the softmax over every id, the first
+    draw lands on an id y of S with probability π(y), the second, taken with probability
+    1 − π(S), gives y with π(y) / π(S), and the two sum to π(y) / π(S). A row of temperature 0
+    (or top_p ≤ 0) takes its greedy id, the first index of its largest logit. The uniforms come
+    from the row's seed, the token's position and the round. ``temp``, ``p``, ``k`` and ``key``
+    are the row's settings, ``position`` the token's; TILES_P is the tiles rounded up to a power
+    of two. Returns the id, with what a verdict over the same distribution reuses
+    (``_proposal_verdict``): the row's largest logit, the mass of every id (0 for a greedy row),
+    and S's threshold and mass where the second draw found them (else −inf and the mass of every
+    id), and whether it did."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
+    t = tl.arange(0, TILES_P)
+    row = logits + m * V
+    # every load up front, so their L2 round trips overlap
+    part = m * TILES + t
+    vals = tl.load(tile_max + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+    args = tl.load(tile_arg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+    mass = tl.load(tile_mass + part, mask=t < TILES, other=0.0, cache_modifier=".cg")
+    tiles_z = tl.load(tile_z + part, mask=t < TILES, other=float("-inf"), cache_modifier=".cg")
+    tiles_zarg = tl.load(tile_zarg + part, mask=t < TILES, other=V, cache_modifier=".cg")
+    best = tl.max(vals, axis=0)
+    pick = tl.min(tl.where(vals == best, args, V), axis=0)
+    total = tl.full([], 0.0, tl.float32)
+    tau = tl.full([], float("-inf"), tl.float32)
+    norm = tl.full([], 0.0, tl.float32)
+    found = tl.full([], 0, tl.int1)
+    if (temp > 0.0) & (p > 0.0):
+        inv_t = 1.0 / temp
+        shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
+        total = tl.sum(tl.exp(shift) * mass, axis=0)
+        norm = total
+        tiles_z += shift
+        top = tl.max(tiles_z, axis=0)
+        pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
+        if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            above, over_mass = _above(row, vals, tl.load(row + pick, cache_modifier=".cg"), best, inv_t, V, BN,
+                                      TILES_P)
+            if ~(((k <= 0) | (above < k)) & (over_mass < p * total)):
+                tau, norm = allowed_threshold(row, vals, best, inv_t, total, k, p, V, BN, TILES_P)
+                found = tl.full([], 1, tl.int1)
+                pick = _draw_within(row, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
+    return pick, best, total, tau, norm, found
+
+
+@triton.jit
+def _above(row, vals, x, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+    """How many of the row's logits are above x, and their mass, over the tiles whose max
+    (``vals``) is above it."""
+    GT: tl.constexpr = max(1, 256 // BN)
+    held = vals > x
+    steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
+    after = tl.full([], -1, tl.int32)
+    count = tl.full([], 0, tl.int32)
+    over = tl.full([], 0.0, tl.float32)
+    for step in range(0, steps):
+        logit, _, _, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        count += tl.sum((logit > x).to(tl.int32), axis=0)
+        over += tl.sum(tl.where(logit > x, tl.exp((logit - best) * inv_t), 0.0), axis=0)
+    return count, over
+
+
+@triton.jit
+def _draw_within(row, vals, tau, best, inv_t, key, position, V: tl.constexpr, BN: tl.constexpr,
+                 TILES_P: tl.constexpr):
+    """A Gumbel-max draw among the row's ids at or above τ, with round 1's uniforms, over the
+    tiles whose max is: the first id of the largest perturbed logit."""
+    GT: tl.constexpr = max(1, 256 // BN)
+    held = vals >= tau
+    steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
+    after = tl.full([], -1, tl.int32)
+    top_z = tl.full([], float("-inf"), tl.float32)
+    pick = tl.full([], 0, tl.int32)
+    for step in range(0, steps):
+        logit, ok, v, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        u = uniform(key, v.to(tl.uint32), position, 1)
+        z = tl.where(ok & (logit >= tau), (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
+        step_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
+        at_id = tl.sum(tl.where(tl.arange(0, GT * BN) == at, v, 0), axis=0)
+        pick = tl.where(step_z > top_z, at_id, pick)
+        top_z = tl.maximum(step_z, top_z)
+    return pick
