@@ -20,7 +20,7 @@ import triton
 import triton.language as tl
 
 from monobuild.bench.reference import allowed_distribution, proposal_verdict, sample_reference
-from monobuild.compiler.kernels.allowed import allowed_threshold, tile_maxima
+from monobuild.compiler.kernels.allowed import allowed_threshold, tile_maxima, tiles_floor
 from monobuild.compiler.kernels.head import tile_parts
 from monobuild.compiler.kernels.sample import _draw, sample_op
 from monobuild.compiler.ops.head import VERDICT_ROUND
@@ -51,8 +51,9 @@ def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, t
     temp, k, p = tl.load(temperature + m), tl.load(top_k + m), tl.load(top_p + m)
     _, best, total, _, _, _ = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V,
                                     BN, TILES_P)
-    floor, norm = allowed_threshold(logits + m * V, tile_maxima(tile_max, m, V, BN, TILES_P), best, 1.0 / temp,
-                                     total, k, p, V, BN, TILES_P)
+    vals = tile_maxima(tile_max, m, V, BN, TILES_P)
+    floor, norm = allowed_threshold(logits + m * V, vals, tiles_floor(best, 1.0 / temp, total, k, p, vals, TILES_P),
+                                    best, 1.0 / temp, total, k, p, V, BN, TILES_P)
     tl.store(tau + m, floor)
     tl.store(mass + m, norm)
 

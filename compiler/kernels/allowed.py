@@ -18,7 +18,7 @@ def tile_maxima(tile_max, m, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.cons
 
 
 @triton.jit
-def allowed_threshold(row, vals, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
                        TILES_P: tl.constexpr):
     """S's threshold for a row whose top_k or top_p restricts it, and S's mass (of
     exp((logit − best) · inv_t)): S = the ids x whose more likely ids number fewer than k (k > 0)
@@ -27,7 +27,7 @@ def allowed_threshold(row, vals, best, inv_t, total, k, p, V: tl.constexpr, BN: 
     counts, at each of SPLITS thresholds, the ids above it and their mass, and the interval
     (lo, hi] that holds τ (the test fails at lo and passes at hi) shrinks to the pair of
     thresholds around the last that passes, until the ids inside it share one logit. lo starts
-    at the tiles' floor (``_tiles_floor``) and a pass reads only the tiles whose max (``vals``,
+    at the tiles' ``floor`` (``tiles_floor``) and a pass reads only the tiles whose max (``vals``,
     the row's tile maxima) is above lo, so a top-k of k reads about k tiles however large the
     vocabulary. The first pass's thresholds close in on the floor geometrically; with no floor
     they sit 2^(i/2) temperatures below the best logit (and where every one passes, τ lies
@@ -36,7 +36,7 @@ def allowed_threshold(row, vals, best, inv_t, total, k, p, V: tl.constexpr, BN: 
     TILES: tl.constexpr = (V + BN - 1) // BN
     GT: tl.constexpr = max(1, 256 // BN)  # tiles a step of a pass reads: 256 ids
     i = tl.arange(0, SPLITS)
-    lo = _tiles_floor(best, inv_t, total, k, p, vals, TILES_P)
+    lo = floor
     hi = best
     tau = best
     count_hi = tl.full([], 0, tl.int32)  # the ids above hi, and their mass
@@ -78,7 +78,7 @@ def allowed_threshold(row, vals, best, inv_t, total, k, p, V: tl.constexpr, BN: 
 
 
 @triton.jit
-def _tiles_floor(best, inv_t, total, k, p, vals, TILES_P: tl.constexpr):
+def tiles_floor(best, inv_t, total, k, p, vals, TILES_P: tl.constexpr):
     """A logit at which the allowed-set test fails, from the row's tile maxima ``vals`` alone
     (−inf where they show none): a tile whose max is above c holds at least that id above c, so
     where the tiles with a max above c number k or more, or their maxima's mass reaches p of the

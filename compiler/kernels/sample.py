@@ -8,7 +8,7 @@ draw takes its noise from. The allowed set's threshold comes from ``allowed.py``
 import triton
 import triton.language as tl
 
-from .allowed import allowed_threshold, held_steps, step_ids, tile_maxima
+from .allowed import allowed_threshold, held_steps, step_ids, tile_maxima, tiles_floor
 
 
 @triton.jit
@@ -93,8 +93,9 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm,
         inv_t = 1.0 / temp
         floor = tau  # S: the ids whose logit is at least it
         if ~found & ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            floor, norm = allowed_threshold(logits + m * V, tile_maxima(tile_max, m, V, BN, TILES_P), best, inv_t,
-                                             total, k, p, V, BN, TILES_P)
+            vals = tile_maxima(tile_max, m, V, BN, TILES_P)
+            floor, norm = allowed_threshold(logits + m * V, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P),
+                                            best, inv_t, total, k, p, V, BN, TILES_P)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
         logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
@@ -126,7 +127,8 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     against the whole distribution). The first draw is over every id (Gumbel-max; its uniforms
     are round 0's, its parts the logits op's tiles'); it stands where S is every id (top_k 0,
     top_p ≥ 1: no pass at all) or where it lands in S (a pass over the tiles above it counts its
-    more likely ids and their mass). Else the id is a second draw, over S alone: S's threshold
+    more likely ids and their mass; none where the tiles' maxima already put it outside,
+    ``tiles_floor``). Else the id is a second draw, over S alone: S's threshold
     (``allowed_threshold``), then one Gumbel-max pass over the ids at or above it with round 1's
     uniforms. This draws the softmax over S exactly: with π the softmax over every id, the first
     draw lands on an id y of S with probability π(y), the second, taken with probability
@@ -163,10 +165,14 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
         top = tl.max(tiles_z, axis=0)
         pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            above, over_mass = _above(row, vals, tl.load(row + pick, cache_modifier=".cg"), best, inv_t, V, BN,
-                                      TILES_P)
-            if ~(((k <= 0) | (above < k)) & (over_mass < p * total)):
-                tau, norm = allowed_threshold(row, vals, best, inv_t, total, k, p, V, BN, TILES_P)
+            floor = tiles_floor(best, inv_t, total, k, p, vals, TILES_P)
+            x = tl.load(row + pick, cache_modifier=".cg")
+            stands = x > floor  # at or below the floor the test fails, with no pass
+            if stands:
+                above, over_mass = _above(row, vals, x, best, inv_t, V, BN, TILES_P)
+                stands = ((k <= 0) | (above < k)) & (over_mass < p * total)
+            if ~stands:
+                tau, norm = allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V, BN, TILES_P)
                 found = tl.full([], 1, tl.int1)
                 pick = _draw_within(row, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
     return pick, best, total, tau, norm, found
