@@ -1,8 +1,9 @@
 """Run under ``TRITON_INTERPRET=1`` by ``test_sampler.py``: the sampling head's device functions
 over a vocabulary of several sampling chunks, given fp32 logits (no GEMV in front of them).
 
-The logits op's per-tile work (``head.tile_parts``, one program a tile) and then the sample op
-(``sample.sample_op``, one program a row), on fresh random logits; prints each row's id and the
+The logits op's per-tile work (``head.tile_parts``, one program a tile), then the sample op
+(``sample.sample_op``, one program a token row) and in a verify band the verdict op
+(``sample.verdict_op``, one program a row), on fresh random logits; prints each row's id and the
 float64 reference's (``bench.reference.sample_reference``, the same uniforms) with its margin.
 With ``tokens`` > 1 the rows are a verify band's, their drafts' distributions given (the sample
 op's DRAFT_PROBS verdict), and it also prints each row's verdict and
@@ -22,7 +23,7 @@ import triton.language as tl
 from monobuild.bench.reference import allowed_distribution, proposal_verdict, sample_reference
 from monobuild.compiler.kernels.allowed import allowed_threshold, tile_maxima, tiles_floor
 from monobuild.compiler.kernels.head import tile_parts
-from monobuild.compiler.kernels.sample import _draw, sample_op
+from monobuild.compiler.kernels.sample import _draw, sample_op, verdict_op
 from monobuild.compiler.ops.head import VERDICT_ROUND
 
 
@@ -36,12 +37,18 @@ def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_
 
 @triton.jit
 def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature, top_k,
-                  top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
-                  M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr,
-                  VERDICT_ROUND: tl.constexpr):
+                  top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
+                  V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, TOKENS: tl.constexpr,
+                  BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions,
-              temperature, top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS, V, M, BN, TILES_P,
-              M // TOKENS, TOKENS, BV, VERDICT_ROUND)
+              temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS, V, M, BN,
+              TILES_P, M, TOKENS, BV, VERDICT_ROUND)
+
+
+@triton.jit
+def verdict_kernel(token_emit, token_keep, accepted, emitted, M: tl.constexpr, TOKENS: tl.constexpr,
+                   T_P: tl.constexpr):
+    verdict_op(tl.program_id(0), None, token_emit, token_keep, accepted, emitted, M, M // TOKENS, TOKENS, T_P)
 
 
 @triton.jit
@@ -111,9 +118,13 @@ def main(case: dict) -> dict:
     parts_kernel[(tiles,)](logits, tile_max, tile_arg, positions, temperature, seeds, tile_z, tile_zarg, tile_mass,
                            V=vocab, M=m, ROWS_P=max(16, triton.next_power_of_2(m)), BN=bn,
                            M_P=triton.next_power_of_2(m), TOKENS=t)
-    sample_kernel[(rows,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-                           top_k, top_p, seeds, ids, accepted, emitted, q, DRAFT_PROBS=t > 1, V=vocab, M=m, BN=bn,
-                           TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
+    token_emit, token_keep = torch.full((m,), -2, dtype=torch.int32), torch.full((m,), -2, dtype=torch.int32)
+    sample_kernel[(m,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
+                        top_k, top_p, seeds, ids, token_emit, token_keep, q, DRAFT_PROBS=t > 1, V=vocab, M=m, BN=bn,
+                        TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
+    if t > 1:
+        verdict_kernel[(rows,)](token_emit, token_keep, accepted, emitted, M=m, TOKENS=t,
+                                T_P=triton.next_power_of_2(t))
     wanted = [sample_reference(logits[n], *settings[n // t], int(seeds[n // t]), int(positions[n]))
               for n in range(m)]
     out = {"ids": next_ids.tolist(), "wanted": [x for x, _ in wanted], "margins": [g for _, g in wanted],

@@ -10,8 +10,8 @@ from .head import argmax_op, embed_op, logits_op
 from .moe import experts_down_op, experts_up_op
 from .norm import norm_op
 from .reduce import gather_op, ranks_argmax_op, reduce_op
-from .sample import sample_op
+from .sample import sample_op, verdict_op
 
 __all__ = ["argmax_op", "attention_op", "attention_prefetch", "combine_op", "embed_op", "experts_down_op",
            "experts_up_op", "floor_kernel", "floor_streaming_kernel", "gather_op", "gemv_op", "gemv_prefetch", "logits_op",
-           "norm_op", "ranks_argmax_op", "reduce_op", "sample_op"]
+           "norm_op", "ranks_argmax_op", "reduce_op", "sample_op", "verdict_op"]

@@ -36,7 +36,7 @@ from monobuild.compiler.kernels.head import argmax_op, embed_op, logits_op
 from monobuild.compiler.kernels.moe import experts_down_op, experts_up_op
 from monobuild.compiler.kernels.norm import norm_op
 from monobuild.compiler.kernels.reduce import gather_op, ranks_argmax_op, reduce_op
-from monobuild.compiler.kernels.sample import sample_op
+from monobuild.compiler.kernels.sample import sample_op, verdict_op
 from monobuild.compiler.kernels.sync import clock_end, clock_start, peer_signal, peer_wait, signal, step_epoch, wait
 """
 

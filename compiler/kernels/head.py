@@ -5,8 +5,9 @@
 logits) and, for a greedy or sampling head, each tile's max and first argmax per row
 (``tile_parts``), for a sampling head also each tile's part of the rows' first draw;
 ``argmax_op`` (a task per row) reduces the tiles' partials to the next ids, ties to the lowest
-id as ``torch.argmax`` does, and ``sample.sample_op`` (a task per row) draws them; in a
-speculative verify band either returns the row's verdict over its ids.
+id as ``torch.argmax`` does, and in a speculative verify band returns the row's verdict over
+them; ``sample.sample_op`` (a task per token row) draws them, and ``sample.verdict_op`` (a task
+per row) returns a sampled verify band's verdict.
 """
 
 import triton
@@ -14,7 +15,7 @@ import triton.language as tl
 
 from .common import load_act
 from .gemv import gemv_op
-from .sample import uniform
+from .sample import store_verdict, uniform
 
 
 @triton.jit
@@ -138,11 +139,8 @@ def argmax_op(pid, pre, tile_max, tile_arg, next_ids, tokens, accepted, emitted,
 @triton.jit
 def _greedy_ids(row, m, j, ids, next_ids, tokens, accepted, emitted, TOKENS: tl.constexpr):
     """Store a row's greedy ids (``m``: its token rows, ``j`` their index, past TOKENS padding) and,
-    in a verify band, the greedy verdict over them."""
+    in a verify band, the greedy verdict over them: a draft is kept where it is the id before it."""
     tl.store(next_ids + m, ids, mask=j < TOKENS)
     if TOKENS > 1:
         drafts = tl.load(tokens + m + 1, mask=j < TOKENS - 1, other=-1)  # token j + 1: the draft after j
-        missed = tl.cumsum((drafts != ids).to(tl.int32), axis=0)  # 0 while every draft so far matched
-        n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
-        tl.store(accepted + row, n)
-        tl.store(emitted + m, tl.where(j <= n, ids, -1), mask=j < TOKENS)
+        store_verdict(row, m, j, ids, drafts == ids, accepted, emitted, TOKENS)

@@ -1,8 +1,9 @@
 """The sampling head's sample op: each token row's id drawn from its row's softmax within top-k
 and top-p (``_draw``: a first draw over every id, whose parts the logits op's tiles made, kept
-where it is allowed, else a second over the allowed set), and in a verify band the speculative
-verdict (``sample_op``, ``_proposal_verdict``); ``uniform`` is the counter-based generator every
-draw takes its noise from. The allowed set's threshold comes from ``allowed.py``.
+where it is allowed, else a second over the allowed set), a task per token row, and in a verify
+band each token row's part of the speculative verdict (``sample_op``, ``_proposal_verdict``),
+which ``verdict_op`` chains over the row; ``uniform`` is the counter-based generator every draw
+takes its noise from. The allowed set's threshold comes from ``allowed.py``.
 """
 
 import triton
@@ -23,13 +24,15 @@ def uniform(seed, v, position, round):
 
 @triton.jit
 def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-              top_k, top_p, seed, tokens, accepted, emitted, draft_probs, DRAFT_PROBS: tl.constexpr, V: tl.constexpr,
-              M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr, TOKENS: tl.constexpr,
-              BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
-    """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per row of
-    TOKENS token rows. A verify band's rows (TOKENS > 1) also get the speculative verdict, as the
-    greedy head's: the drafts up to the first that is not the id drawn after the token before it
-    are accepted, and the drawn id after them is emitted (the correction or the bonus token).
+              top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
+              V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
+              TOKENS: tl.constexpr, BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+    """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per token
+    row, so a verify band's token rows draw side by side. There each token row also takes its
+    part of the speculative verdict, the id it emits and whether it keeps the draft after it
+    (``token_emit``, ``token_keep``), which ``verdict_op`` chains over the row: as the greedy
+    head's, the drafts up to the first that is not the id drawn after the token before it are
+    accepted, and the drawn id after them is emitted (the correction or the bonus token).
     For drafts a deterministic proposer made (its distribution one id), this is the
     speculative-sampling rule exactly: a draft d is accepted with probability p(d), and a
     rejected position's id is distributed as p without d, renormalized, which is what drawing x
@@ -37,36 +40,58 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     proposer's own, that rule still emits ids distributed as the target's (each emitted id is a
     draw from p; the drafts only decide how far the row goes), but it accepts d only with
     probability p(d); with DRAFT_PROBS the verdict takes q (``draft_probs``, [rows, drafts, V])
-    and decides by the speculative-sampling rule (``_proposal_verdict``)."""
-    for row in range(pid, M // TOKENS, G):
-        # the row's settings, read once for its token rows
+    and decides by the speculative-sampling rule (``_proposal_verdict``). A token row after the
+    row's first rejection decides too (its verdict is not emitted): the token rows do not wait
+    on each other."""
+    for m in range(pid, M, G):
+        row = m // TOKENS
+        j = m % TOKENS
         temp = tl.load(temperature + row)
         p = tl.load(top_p + row)
         k = tl.load(top_k + row)
         key = tl.load(seed + row)
-        alive = tl.full([], 1, tl.int1)  # every draft so far accepted
-        n = tl.full([], 0, tl.int32)
-        for j in range(TOKENS):
-            m = row * TOKENS + j
-            position = tl.load(positions + m).to(tl.uint32)
-            pick, best, total, tau, norm, found = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass,
-                                                        temp, p, k, key, position, V, BN, TILES_P)
-            tl.store(next_ids + m, pick)
-            if TOKENS > 1:
-                has_draft = j < TOKENS - 1
-                draft = tl.load(tokens + m + 1, mask=has_draft, other=-1)  # token j + 1: the draft after j
-                emit = pick
-                keep = draft == pick
-                if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
-                    if alive & has_draft:
-                        emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total,
-                                                       tau, norm, found, tile_max, draft_probs, temp, p, k, key,
-                                                       position, V, BN, BV, TILES_P, VERDICT_ROUND)
-                tl.store(emitted + m, tl.where(alive, emit, -1))
-                alive = alive & has_draft & keep
-                n += alive.to(tl.int32)
+        position = tl.load(positions + m).to(tl.uint32)
+        pick, best, total, tau, norm, found = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp,
+                                                    p, k, key, position, V, BN, TILES_P)
+        tl.store(next_ids + m, pick)
         if TOKENS > 1:
-            tl.store(accepted + row, n)
+            has_draft = j < TOKENS - 1
+            draft = tl.load(tokens + m + 1, mask=has_draft, other=-1)  # token j + 1: the draft after j
+            emit = pick
+            keep = draft == pick
+            if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
+                if has_draft:
+                    emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total, tau,
+                                                   norm, found, tile_max, draft_probs, temp, p, k, key, position, V,
+                                                   BN, BV, TILES_P, VERDICT_ROUND)
+            tl.store(token_emit + m, emit)
+            tl.store(token_keep + m, keep.to(tl.int32))
+
+
+@triton.jit
+def verdict_op(pid, pre, token_emit, token_keep, accepted, emitted, M: tl.constexpr, G: tl.constexpr,
+               TOKENS: tl.constexpr, T_P: tl.constexpr):
+    """A sampled verify band's verdict, a task per row, from its token rows' parts (``sample_op``'s
+    ``token_emit`` and ``token_keep``)."""
+    j = tl.arange(0, T_P)
+    for row in range(pid, M // TOKENS, G):
+        m = row * TOKENS + j
+        emit = tl.load(token_emit + m, mask=j < TOKENS, other=-1, cache_modifier=".cg")
+        keep = tl.load(token_keep + m, mask=j < TOKENS - 1, other=0, cache_modifier=".cg") != 0
+        store_verdict(row, m, j, emit, keep, accepted, emitted, TOKENS)
+
+
+@triton.jit
+def store_verdict(row, m, j, emit, keep, accepted, emitted, TOKENS: tl.constexpr):
+    """A verify band's verdict over a row's token rows (``m``; ``j`` their index, past TOKENS
+    padding), given each one's id to emit and whether it keeps the draft after it (token j + 1):
+    the row accepts its drafts up to the first not kept, ``accepted`` = how many, and emits
+    ``emitted[0 … accepted]`` = those token rows' ids (the kept drafts, then the correction or
+    the bonus token), −1 after them."""
+    missed = tl.cumsum((~keep).to(tl.int32), axis=0)  # 0 while every draft so far was kept
+    n = tl.sum(((missed == 0) & (j < TOKENS - 1)).to(tl.int32), axis=0)
+    tl.store(accepted + row, n)
+    tl.store(emitted + m, tl.where(j <= n, emit, -1), mask=j < TOKENS)
 
 
 @triton.jit

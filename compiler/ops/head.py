@@ -17,6 +17,8 @@ CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, afte
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
 SAMPLE_CHUNK = 2048  # vocabulary entries the verdict's correction pass loads at a time
 VERDICT_ROUND = 2  # the verdict's uniforms' Philox round (the correction's the next): after the draw's 0 and 1
+#: a sampled verify band's token rows' parts of the verdict (kernels/sample.sample_op → verdict_op)
+VERDICT_PARTS = ("token_emit", "token_keep")
 
 
 @dataclass(frozen=True)
@@ -100,10 +102,12 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.out_tiles), parts, ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.out_tiles), parts, ()),
                     Region("next_ids", "io", "i32", (s.m,), "sample" if s.sampled else "argmax", ())]
-        if s.tokens > 1:  # the verdict, in the op that decides the ids
-            decides = "sample" if s.sampled else "argmax"
+        if s.tokens > 1:  # the verdict: the argmax's, or a sampling head's from its token rows' parts
+            decides = "verdict" if s.sampled else "argmax"
             regions += [Region("accepted", "io", "i32", (s.m // s.tokens,), decides, ()),
                         Region("emitted", "io", "i32", (s.m // s.tokens, s.tokens), decides, ())]
+            if s.sampled:
+                regions += [Region(name, "scratch", "i32", (s.m,), "sample", ()) for name in VERDICT_PARTS]
     return {r.name: r for r in regions}
 
 
@@ -173,27 +177,40 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                       io_bytes=s.m * (s.ranks * s.vocab + s.vocab_whole) * 4,
                       peer_wait=CrossRank(parallel.SITE_LOGITS, s.ranks)))
     rows, verify = s.m // s.tokens, s.tokens > 1 and s.greedy  # a logits head returns no verdict
-    verdict = ((("tokens", tensor("tokens", "i32", "step_input")), ("accepted", arg["accepted"]),
-                ("emitted", arg["emitted"])) if verify else (("tokens", None), ("accepted", None), ("emitted", None)))
+    drafts = tensor("tokens", "i32", "step_input") if verify else None  # token j + 1 is the draft after j
+    verdict = (("tokens", drafts), ("accepted", arg["accepted"] if verify else None),
+               ("emitted", arg["emitted"] if verify else None))
     verdict_regions = (r["accepted"], r["emitted"]) if verify else ()
     verdict_bytes = rows * (s.tokens + 1) * 4 + s.m * 4 if verify else 0
     if s.sampled:
-        # the proposer's distributions, [rows, drafts, vocab] fp32; a verdict reads a row's at most
-        # up to its first rejected draft (and in full there only)
+        # the proposer's distributions, [rows, drafts, vocab] fp32; a token row's verdict reads one
+        # probability of its draft's, and where it rejects the draft the whole distribution: a row's
+        # bytes that must move are one distribution's, at its first rejection
         q = tensor("draft_probs", "fp32", "step_input") if s.draft_probs else None
-        ops.append(Op("sample", "sample_op", None, rows,
-                      "(row): each token row's id drawn from softmax(logits / temperature) within the row's top-k "
-                      f"and top-p (greedy where temperature is 0){' and the verdict' if verify else ''}",
+        parts = tuple(r[n] for n in VERDICT_PARTS) if verify else ()
+        ops.append(Op("sample", "sample_op", None, s.m,
+                      "(token row): its id drawn from softmax(logits / temperature) within its row's top-k and top-p "
+                      f"(greedy where temperature is 0){' and its part of the verdict' if verify else ''}",
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
                        *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
-                       *sampling.items(), *verdict, ("draft_probs", q), ("DRAFT_PROBS", s.draft_probs),
-                       ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
+                       *sampling.items(), ("tokens", drafts),
+                       *((n, arg[n] if verify else None) for n in VERDICT_PARTS), ("draft_probs", q),
+                       ("DRAFT_PROBS", s.draft_probs), ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
                        ("TILES_P", max(next_pow2(s.out_tiles), SAMPLE_CHUNK // s.block_n)),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("VERDICT_ROUND", VERDICT_ROUND)),
-                      writes=(r["next_ids"], *verdict_regions), reads=("tile_max", "tile_arg", *draw, "logits"),
-                      needs=(*(Need(n, "the row's tiles") for n in ("tile_max", "tile_arg", *draw)),
-                             Need("logits", "the row's logits")),
-                      io_bytes=s.m * 4 + verdict_bytes + (rows * s.out_vocab * 4 if s.draft_probs else 0)))
+                      writes=(r["next_ids"], *parts), reads=("tile_max", "tile_arg", *draw, "logits"),
+                      needs=(*(Need(n, "the token row's tiles") for n in ("tile_max", "tile_arg", *draw)),
+                             Need("logits", "the token row's logits")),
+                      io_bytes=s.m * 4 * (1 + len(parts) + verify) + (rows * s.out_vocab * 4 if s.draft_probs else 0)))
+        if verify:
+            ops.append(Op("verdict", "verdict_op", None, rows,
+                          "(row): the verdict, the drafts kept up to the first its token rows reject",
+                          (*((n, arg[n]) for n in VERDICT_PARTS), ("accepted", arg["accepted"]),
+                           ("emitted", arg["emitted"]), ("M", s.m), ("G", s.grid), ("TOKENS", s.tokens),
+                           ("T_P", next_pow2(s.tokens))),
+                          writes=verdict_regions, reads=VERDICT_PARTS,
+                          needs=tuple(Need(n, "the row's token rows") for n in VERDICT_PARTS),
+                          io_bytes=s.m * 4 * len(VERDICT_PARTS) + rows * (s.tokens + 1) * 4))
     elif s.greedy and s.ranks > 1:
         ops.append(Op("argmax", "ranks_argmax_op", None, rows,
                       f"(row): reduce every rank's tile maxima to the greedy id{'s and the verdict' if verify else ''}",
