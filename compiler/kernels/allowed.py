@@ -67,14 +67,15 @@ def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexp
                           tl.where(lo == float("-inf"), least - 1.0 - tl.abs(least) * 1e-6, lo))
         rounds += 1
     tau = tl.where(found, tau, hi)
-    mass = tl.full([], 0.0, tl.float32)  # S's: the ids at or above τ
+    mass = tl.zeros([GT * BN], tl.float32)  # S's: the ids at or above τ, a sum a lane
     held = vals >= tau
     steps, dense = held_steps(held, TILES, GT)
-    after = tl.full([], -1, tl.int32)
+    ahead, _, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
     for step in range(0, steps):
-        logit, _, _, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
-        mass += tl.sum(tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-    return tau, mass
+        logit = ahead
+        ahead, _, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        mass += tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0)
+    return tau, tl.sum(mass, axis=0)
 
 
 @triton.jit
@@ -121,26 +122,30 @@ def _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t, V: tl.con
     above lo is in one): at each cut, the ids above it and their mass (``count_hi`` and
     ``over_hi``, those above hi, an earlier pass's, and the ids inside (lo, hi] this one counts:
     a step with none inside skips the cuts); the least and the greatest logit in (lo, hi]; and the
-    least logit read (the row's where lo is −inf). A step reads GT tiles."""
+    least logit read (the row's where lo is −inf). A step reads GT tiles, loaded a step ahead of
+    its arithmetic, whose sums stay a lane's until the walk ends (no reduction across the CTA a
+    step but the test for ids inside)."""
     held = vals > lo
     steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
-    after = tl.full([], -1, tl.int32)
-    count = tl.zeros([SPLITS], tl.int32) + count_hi
-    over = tl.zeros([SPLITS], tl.float32) + over_hi
+    count = tl.zeros([GT * BN, SPLITS], tl.int32)  # a count and a mass a lane and cut, summed after the walk
+    over = tl.zeros([GT * BN, SPLITS], tl.float32)
     inside_min = tl.full([GT * BN], float("inf"), tl.float32)
     inside_max = tl.full([GT * BN], float("-inf"), tl.float32)
     least = tl.full([GT * BN], float("inf"), tl.float32)
+    ahead, ahead_ok, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
     for step in range(0, steps):
-        logit, ok, _, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        logit, ok = ahead, ahead_ok
+        ahead, ahead_ok, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
         inside = (logit > lo) & (logit <= hi)
         if tl.max(inside.to(tl.int32), axis=0) > 0:
             above = inside[:, None] & (logit[:, None] > cuts[None, :])
-            count += tl.sum(above.to(tl.int32), axis=0)
-            over += tl.sum(tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0), axis=0)
+            count += above.to(tl.int32)
+            over += tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0)
             inside_min = tl.minimum(inside_min, tl.where(inside, logit, float("inf")))
             inside_max = tl.maximum(inside_max, tl.where(inside, logit, float("-inf")))
         least = tl.minimum(least, tl.where(ok, logit, float("inf")))
-    return count, over, tl.min(inside_min, axis=0), tl.max(inside_max, axis=0), tl.min(least, axis=0)
+    return (tl.sum(count, axis=0) + count_hi, tl.sum(over, axis=0) + over_hi, tl.min(inside_min, axis=0),
+            tl.max(inside_max, axis=0), tl.min(least, axis=0))
 
 
 @triton.jit
@@ -159,7 +164,9 @@ def step_ids(row, held, after, step, dense, GT: tl.constexpr, V: tl.constexpr, B
     """A pass's step: GT · BN logits, −inf past the vocabulary (and past the last held tile),
     which of them are ids, their ids, and the last tile it took. Walking densely, the step'th GT
     tiles in order (an unheld tile's ids are at or below the pass's bound, where they count for
-    nothing it finds); else the next GT held tiles after tile ``after``."""
+    nothing it finds); else the next GT held tiles after tile ``after``. A step past the walk's
+    last reads nothing (every id −inf), so a walk may load its next step ahead of each step's
+    arithmetic."""
     e = tl.arange(0, GT * BN)
     last = after
     if dense:

@@ -210,14 +210,15 @@ def _above(row, vals, x, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P
     GT: tl.constexpr = max(1, 256 // BN)
     held = vals > x
     steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
-    after = tl.full([], -1, tl.int32)
-    count = tl.full([], 0, tl.int32)
-    over = tl.full([], 0.0, tl.float32)
+    count = tl.zeros([GT * BN], tl.int32)  # a lane's, summed after the walk
+    over = tl.zeros([GT * BN], tl.float32)
+    ahead, _, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
     for step in range(0, steps):
-        logit, _, _, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
-        count += tl.sum((logit > x).to(tl.int32), axis=0)
-        over += tl.sum(tl.where(logit > x, tl.exp((logit - best) * inv_t), 0.0), axis=0)
-    return count, over
+        logit = ahead
+        ahead, _, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        count += (logit > x).to(tl.int32)
+        over += tl.where(logit > x, tl.exp((logit - best) * inv_t), 0.0)
+    return tl.sum(count, axis=0), tl.sum(over, axis=0)
 
 
 @triton.jit
@@ -228,15 +229,15 @@ def _draw_within(row, vals, tau, best, inv_t, key, position, V: tl.constexpr, BN
     GT: tl.constexpr = max(1, 256 // BN)
     held = vals >= tau
     steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
-    after = tl.full([], -1, tl.int32)
-    top_z = tl.full([], float("-inf"), tl.float32)
-    pick = tl.full([], 0, tl.int32)
+    top_z = tl.full([GT * BN], float("-inf"), tl.float32)  # a lane's best and its first id
+    pick = tl.full([GT * BN], V, tl.int32)
+    ahead, ahead_ok, ahead_v, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
     for step in range(0, steps):
-        logit, ok, v, after = step_ids(row, held, after, step, dense, GT, V, BN, TILES_P)
+        logit, ok, v = ahead, ahead_ok, ahead_v
+        ahead, ahead_ok, ahead_v, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
         u = uniform(key, v.to(tl.uint32), position, 1)
         z = tl.where(ok & (logit >= tau), (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
-        step_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-        at_id = tl.sum(tl.where(tl.arange(0, GT * BN) == at, v, 0), axis=0)
-        pick = tl.where(step_z > top_z, at_id, pick)
-        top_z = tl.maximum(step_z, top_z)
-    return pick
+        pick = tl.where(z > top_z, v, pick)  # a lane's ids ascend with the steps: the first stays on a tie
+        top_z = tl.maximum(z, top_z)
+    best_z = tl.max(top_z, axis=0)
+    return tl.min(tl.where(top_z == best_z, pick, V), axis=0)
