@@ -88,18 +88,25 @@ def tiles_floor(best, inv_t, total, k, p, vals, TILES_P: tl.constexpr):
     two reductions over the maxima), is just below a tile's max: only the tiles whose max is
     above it hold an id of S."""
     weight = tl.exp((vals - best) * inv_t)
-    fails = (((k > 0) & (tl.sum((vals > float("-inf")).to(tl.int32), axis=0) >= k))
-             | (tl.sum(weight, axis=0) >= p * total * 1.00001))
+    fails = maxima_fail(float("-inf"), vals, weight, k, p, total)
     lo = _float_key(tl.full([], float("-inf"), tl.float32)).to(tl.int64)  # fails, where any c does
     hi = _float_key(best).to(tl.int64)  # passes: no tile's max is above the best logit
     while fails & (hi - lo > 1):
         mid = lo + (hi - lo) // 2
-        above = vals > _key_float(mid.to(tl.int32))
-        fails_mid = (((k > 0) & (tl.sum(above.to(tl.int32), axis=0) >= k))
-                     | (tl.sum(tl.where(above, weight, 0.0), axis=0) >= p * total * 1.00001))
+        fails_mid = maxima_fail(_key_float(mid.to(tl.int32)), vals, weight, k, p, total)
         lo = tl.where(fails_mid, mid, lo)
         hi = tl.where(fails_mid, hi, mid)
     return tl.where(fails, _key_float(lo.to(tl.int32)), float("-inf"))
+
+
+@triton.jit
+def maxima_fail(c, vals, weight, k, p, total):
+    """Whether the tiles' maxima alone show the allowed-set test failing at logit c: k or more
+    maxima above it, or their mass (``weight``: exp((max − best) · inv_t)) at p of the whole. The
+    test fails at c exactly where c is at or below ``tiles_floor`` (it is monotone in c)."""
+    above = vals > c
+    return (((k > 0) & (tl.sum(above.to(tl.int32), axis=0) >= k))
+            | (tl.sum(tl.where(above, weight, 0.0), axis=0) >= p * total * 1.00001))
 
 
 @triton.jit

@@ -9,7 +9,7 @@ takes its noise from. The allowed set's threshold comes from ``allowed.py``.
 import triton
 import triton.language as tl
 
-from .allowed import allowed_threshold, held_steps, step_ids, tile_maxima, tiles_floor
+from .allowed import allowed_threshold, held_steps, maxima_fail, step_ids, tile_maxima, tiles_floor
 
 
 @triton.jit
@@ -153,7 +153,7 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     are round 0's, its parts the logits op's tiles'); it stands where S is every id (top_k 0,
     top_p ≥ 1: no pass at all) or where it lands in S (a pass over the tiles above it counts its
     more likely ids and their mass; none where the tiles' maxima already put it outside,
-    ``tiles_floor``). Else the id is a second draw, over S alone: S's threshold
+    ``maxima_fail``). Else the id is a second draw, over S alone: S's threshold
     (``allowed_threshold``), then one Gumbel-max pass over the ids at or above it with round 1's
     uniforms. This draws the softmax over S exactly: with π the softmax over every id, the first
     draw lands on an id y of S with probability π(y), the second, taken with probability
@@ -190,14 +190,14 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
         top = tl.max(tiles_z, axis=0)
         pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            floor = tiles_floor(best, inv_t, total, k, p, vals, TILES_P)
             x = tl.load(row + pick, cache_modifier=".cg")
-            stands = x > floor  # at or below the floor the test fails, with no pass
+            stands = ~maxima_fail(x, vals, tl.exp(shift), k, p, total)  # else no pass: it fails at x
             if stands:
                 above, over_mass = _above(row, vals, x, best, inv_t, V, BN, TILES_P)
                 stands = ((k <= 0) | (above < k)) & (over_mass < p * total)
             if ~stands:
-                tau, norm = allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V, BN, TILES_P)
+                tau, norm = allowed_threshold(row, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best,
+                                              inv_t, total, k, p, V, BN, TILES_P)
                 found = tl.full([], 1, tl.int1)
                 pick = _draw_within(row, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
     return pick, best, total, tau, norm, found
