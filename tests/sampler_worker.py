@@ -36,13 +36,13 @@ def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_
 
 
 @triton.jit
-def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature, top_k,
-                  top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
-                  V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, TOKENS: tl.constexpr,
-                  BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
-    sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions,
-              temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS, V, M, BN,
-              TILES_P, M, TOKENS, BV, VERDICT_ROUND)
+def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids, positions,
+                  temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs,
+                  DRAFT_PROBS: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
+                  TILES_P: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+    sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids,
+              positions, temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS, V,
+              M, BN, TILES_P, M, TOKENS, BV, VERDICT_ROUND)
 
 
 @triton.jit
@@ -52,15 +52,17 @@ def verdict_kernel(token_emit, token_keep, accepted, emitted, M: tl.constexpr, T
 
 
 @triton.jit
-def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temperature, top_k, top_p, tau, mass,
-                     V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, temperature, top_k, top_p,
+                     tau, mass, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
     m = tl.program_id(0)
     temp, k, p = tl.load(temperature + m), tl.load(top_k + m), tl.load(top_p + m)
-    _, best, total, _, _, _ = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, 0, 0, V,
-                                    BN, TILES_P)
+    held_list = held_tiles + m * TILES_P
+    _, best, total, _, _, _ = _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k,
+                                    0, 0, V, BN, TILES_P)
     vals = tile_maxima(tile_max, m, V, BN, TILES_P)
-    floor, norm = allowed_threshold(logits + m * V, vals, tiles_floor(best, 1.0 / temp, total, k, p, vals, TILES_P),
-                                    best, 1.0 / temp, total, k, p, V, BN, TILES_P)
+    floor, norm = allowed_threshold(logits + m * V, held_list, vals,
+                                    tiles_floor(best, 1.0 / temp, total, k, p, vals, TILES_P), best, 1.0 / temp, total,
+                                    k, p, V, BN, TILES_P)
     tl.store(tau + m, floor)
     tl.store(mass + m, norm)
 
@@ -70,7 +72,8 @@ def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int,
     its mass relative to the reference's) beside ``allowed_distribution``'s, with its margin."""
     rows = len(settings)
     tau, mass = torch.full((rows,), float("nan")), torch.full((rows,), float("nan"))
-    threshold_kernel[(rows,)](logits, *parts, torch.tensor([s[0] for s in settings], dtype=torch.float32),
+    held = torch.full((rows, tiles_p), -1, dtype=torch.int32)  # poisoned: each pass lists its tiles first
+    threshold_kernel[(rows,)](logits, *parts, held, torch.tensor([s[0] for s in settings], dtype=torch.float32),
                               torch.tensor([s[1] for s in settings], dtype=torch.int32),
                               torch.tensor([s[2] for s in settings], dtype=torch.float32), tau, mass, V=vocab, BN=bn,
                               TILES_P=tiles_p)
@@ -119,9 +122,10 @@ def main(case: dict) -> dict:
                            V=vocab, M=m, ROWS_P=max(16, triton.next_power_of_2(m)), BN=bn,
                            M_P=triton.next_power_of_2(m), TOKENS=t)
     token_emit, token_keep = torch.full((m,), -2, dtype=torch.int32), torch.full((m,), -2, dtype=torch.int32)
-    sample_kernel[(m,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-                        top_k, top_p, seeds, ids, token_emit, token_keep, q, DRAFT_PROBS=t > 1, V=vocab, M=m, BN=bn,
-                        TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
+    held = torch.full((m, tiles_p), -1, dtype=torch.int32)
+    sample_kernel[(m,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held, next_ids, positions,
+                        temperature, top_k, top_p, seeds, ids, token_emit, token_keep, q, DRAFT_PROBS=t > 1, V=vocab,
+                        M=m, BN=bn, TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
     if t > 1:
         verdict_kernel[(rows,)](token_emit, token_keep, accepted, emitted, M=m, TOKENS=t,
                                 T_P=triton.next_power_of_2(t))

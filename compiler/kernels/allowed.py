@@ -1,7 +1,7 @@
 """The allowed set of a sampling row whose top-k or top-p restricts it: its threshold (the least
 logit that passes the membership test, which is monotone in the logit) and its mass, found in one
 CTA from the row's logits and its tiles' maxima (``allowed_threshold``), with the passes that
-read only the tiles that can hold an id above a bound (``held_steps``, ``step_ids``), which the
+read only the tiles that can hold an id above a bound (``walk_first``, ``walk_ahead``), which the
 sample op's draws walk too.
 """
 
@@ -18,8 +18,8 @@ def tile_maxima(tile_max, m, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.cons
 
 
 @triton.jit
-def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
-                       TILES_P: tl.constexpr):
+def allowed_threshold(row, held_list, vals, floor, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+                      TILES_P: tl.constexpr):
     """S's threshold for a row whose top_k or top_p restricts it, and S's mass (of
     exp((logit − best) · inv_t)): S = the ids x whose more likely ids number fewer than k (k > 0)
     and hold less than p · total, so S is every id whose logit is at least the smallest logit τ
@@ -31,9 +31,9 @@ def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexp
     the row's tile maxima) is above lo, so a top-k of k reads about k tiles however large the
     vocabulary. The first pass's thresholds close in on the floor geometrically; with no floor
     they sit 2^(i/2) temperatures below the best logit (and where every one passes, τ lies
-    between the row's least logit and the lowest)."""
+    between the row's least logit and the lowest). ``held_list`` is the token row's scratch for
+    the passes' lists of tiles (``walk_first``)."""
     SPLITS: tl.constexpr = 16
-    TILES: tl.constexpr = (V + BN - 1) // BN
     GT: tl.constexpr = max(1, 256 // BN)  # tiles a step of a pass reads: 256 ids
     i = tl.arange(0, SPLITS)
     lo = floor
@@ -50,8 +50,8 @@ def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexp
             cuts = lo + (hi - lo) * tl.exp2((i + 1).to(tl.float32) * -0.75)
         else:  # descending: best − 1, − √2, − 2, … − 2^7.5 temperatures
             cuts = best - tl.exp2(i.to(tl.float32) * 0.5) / inv_t
-        count, over, inside_min, inside_max, least = _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best,
-                                                               inv_t, V, BN, TILES_P, SPLITS, GT)
+        count, over, inside_min, inside_max, least = _cut_pass(row, held_list, vals, lo, hi, cuts, count_hi, over_hi,
+                                                               best, inv_t, V, BN, TILES_P, SPLITS, GT)
         passes = ((k <= 0) | (count < k)) & (over < p * total)
         found = inside_min == inside_max  # one logit left in (lo, hi]: τ
         tau = tl.where(found, inside_max, tau)
@@ -68,12 +68,10 @@ def allowed_threshold(row, vals, floor, best, inv_t, total, k, p, V: tl.constexp
         rounds += 1
     tau = tl.where(found, tau, hi)
     mass = tl.zeros([GT * BN], tl.float32)  # S's: the ids at or above τ, a sum a lane
-    held = vals >= tau
-    steps, dense = held_steps(held, TILES, GT)
-    ahead, _, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
+    steps, dense, n, ahead, _, _, tiles = walk_first(row, vals >= tau, held_list, GT, V, BN, TILES_P)
     for step in range(0, steps):
         logit = ahead
-        ahead, _, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        ahead, _, _, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         mass += tl.where(logit >= tau, tl.exp((logit - best) * inv_t), 0.0)
     return tau, tl.sum(mass, axis=0)
 
@@ -123,26 +121,23 @@ def _key_float(key):
 
 
 @triton.jit
-def _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t, V: tl.constexpr, BN: tl.constexpr,
+def _cut_pass(row, held_list, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t, V: tl.constexpr, BN: tl.constexpr,
               TILES_P: tl.constexpr, SPLITS: tl.constexpr, GT: tl.constexpr):
     """A pass of ``allowed_threshold``'s search over the tiles whose max is above lo (every id
     above lo is in one): at each cut, the ids above it and their mass (``count_hi`` and
     ``over_hi``, those above hi, an earlier pass's, and the ids inside (lo, hi] this one counts:
     a step with none inside skips the cuts); the least and the greatest logit in (lo, hi]; and the
-    least logit read (the row's where lo is −inf). A step reads GT tiles, loaded a step ahead of
-    its arithmetic, whose sums stay a lane's until the walk ends (no reduction across the CTA a
-    step but the test for ids inside)."""
-    held = vals > lo
-    steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
+    least logit read (the row's where lo is −inf). Its sums stay a lane's until the walk ends: a
+    step's one reduction across the CTA is the test for ids inside."""
     count = tl.zeros([GT * BN, SPLITS], tl.int32)  # a count and a mass a lane and cut, summed after the walk
     over = tl.zeros([GT * BN, SPLITS], tl.float32)
     inside_min = tl.full([GT * BN], float("inf"), tl.float32)
     inside_max = tl.full([GT * BN], float("-inf"), tl.float32)
     least = tl.full([GT * BN], float("inf"), tl.float32)
-    ahead, ahead_ok, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
+    steps, dense, n, ahead, ahead_ok, _, tiles = walk_first(row, vals > lo, held_list, GT, V, BN, TILES_P)
     for step in range(0, steps):
         logit, ok = ahead, ahead_ok
-        ahead, ahead_ok, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        ahead, ahead_ok, _, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         inside = (logit > lo) & (logit <= hi)
         if tl.max(inside.to(tl.int32), axis=0) > 0:
             above = inside[:, None] & (logit[:, None] > cuts[None, :])
@@ -156,37 +151,50 @@ def _cut_pass(row, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t, V: tl.con
 
 
 @triton.jit
-def held_steps(held, TILES: tl.constexpr, GT: tl.constexpr):
-    """How a pass walks the tiles ``held`` marks (those that may hold an id it counts): its steps
-    of GT tiles, and whether it walks every tile in order instead (where over half are held,
-    gathering them would cost more than it skips)."""
+def walk_first(row, held, held_list, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+    """The start of a pass over the tiles ``held`` marks (those that may hold an id it counts), a
+    step GT tiles: its steps; whether it walks every tile in order instead (where over half are
+    held, an unheld tile's ids being at or below the pass's bound, where they count for nothing
+    it finds); the tiles held; its first step's logits, which of them are ids and their ids; and
+    its second step's tiles. Walking the held tiles, it first lists them in ``held_list`` (the
+    token row's scratch, TILES_P entries; between CTA barriers, since the pass before may still
+    be reading the list and every thread reads all of it), so that a step finds its tiles with
+    one load ahead of it instead of a search across the CTA a tile."""
+    TILES: tl.constexpr = (V + BN - 1) // BN
     n = tl.sum(held.to(tl.int32), axis=0)
     dense = n * 2 > TILES
-    return tl.where(dense, (TILES + GT - 1) // GT, (n + GT - 1) // GT), dense
+    if ~dense:
+        tl.debug_barrier()
+        tl.store(held_list + tl.cumsum(held.to(tl.int32), axis=0) - 1, tl.arange(0, TILES_P), mask=held)
+        tl.debug_barrier()
+    logit, ok, v = _step_logits(row, _step_tiles(held_list, n, 0, dense, GT, V, BN), V, BN)
+    return (tl.where(dense, (TILES + GT - 1) // GT, (n + GT - 1) // GT), dense, n, logit, ok, v,
+            _step_tiles(held_list, n, 1, dense, GT, V, BN))
 
 
 @triton.jit
-def step_ids(row, held, after, step, dense, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr,
-              TILES_P: tl.constexpr):
-    """A pass's step: GT · BN logits, −inf past the vocabulary (and past the last held tile),
-    which of them are ids, their ids, and the last tile it took. Walking densely, the step'th GT
-    tiles in order (an unheld tile's ids are at or below the pass's bound, where they count for
-    nothing it finds); else the next GT held tiles after tile ``after``. A step past the walk's
-    last reads nothing (every id −inf), so a walk may load its next step ahead of each step's
-    arithmetic."""
-    e = tl.arange(0, GT * BN)
-    last = after
+def walk_ahead(row, held_list, n, dense, tiles, step, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr):
+    """What a pass loads at its step'th, ahead of that step's arithmetic: step + 1's logits (which
+    of them are ids, their ids), from its ``tiles`` loaded a step before, and step + 2's tiles.
+    A step past the walk's last reads nothing (every id −inf)."""
+    logit, ok, v = _step_logits(row, tiles, V, BN)
+    return logit, ok, v, _step_tiles(held_list, n, step + 2, dense, GT, V, BN)
+
+
+@triton.jit
+def _step_tiles(held_list, n, step, dense, GT: tl.constexpr, V: tl.constexpr, BN: tl.constexpr):
+    """Each lane's tile in a pass's step (lane e takes the step's (e // BN)'th): the step'th GT in
+    order walking densely, else the held list's; past the walk's last, a tile past the vocabulary."""
+    slot = step * GT + tl.arange(0, GT * BN) // BN
     if dense:
-        v = step * (GT * BN) + e
-        ok = v < V
+        tiles = slot
     else:
-        t = tl.arange(0, TILES_P)
-        v = tl.zeros([GT * BN], tl.int32)
-        ok = tl.zeros([GT * BN], tl.int1)
-        for g in tl.static_range(GT):
-            last = tl.min(tl.where(held & (t > last), t, TILES_P), axis=0)  # TILES_P: past the last held tile
-            part = e // BN == g
-            v = tl.where(part, last * BN + e % BN, v)
-            ok = tl.where(part, last < TILES_P, ok)
-        ok = ok & (v < V)
-    return tl.load(row + v, mask=ok, other=float("-inf"), cache_modifier=".cg"), ok, v, last
+        tiles = tl.load(held_list + slot, mask=slot < n, other=(V + BN - 1) // BN, cache_modifier=".cg")
+    return tiles
+
+
+@triton.jit
+def _step_logits(row, tiles, V: tl.constexpr, BN: tl.constexpr):
+    """A step's logits from each lane's tile, −inf past the vocabulary; which of them are ids; their ids."""
+    v = tiles * BN + tl.arange(0, tiles.shape[0]) % BN
+    return tl.load(row + v, mask=v < V, other=float("-inf"), cache_modifier=".cg"), v < V, v

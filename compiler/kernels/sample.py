@@ -9,7 +9,7 @@ takes its noise from. The allowed set's threshold comes from ``allowed.py``.
 import triton
 import triton.language as tl
 
-from .allowed import allowed_threshold, held_steps, maxima_fail, step_ids, tile_maxima, tiles_floor
+from .allowed import allowed_threshold, maxima_fail, tile_maxima, tiles_floor, walk_ahead, walk_first
 
 
 @triton.jit
@@ -23,8 +23,8 @@ def uniform(seed, v, position, round):
 
 
 @triton.jit
-def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, next_ids, positions, temperature,
-              top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
+def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids, positions,
+              temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
               V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
               TOKENS: tl.constexpr, BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per token
@@ -51,8 +51,9 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
         k = tl.load(top_k + row)
         key = tl.load(seed + row)
         position = tl.load(positions + m).to(tl.uint32)
-        pick, best, total, tau, norm, found = _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp,
-                                                    p, k, key, position, V, BN, TILES_P)
+        held_list = held_tiles + m * TILES_P  # the token row's scratch for its passes' lists of tiles
+        pick, best, total, tau, norm, found = _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg,
+                                                    tile_mass, temp, p, k, key, position, V, BN, TILES_P)
         tl.store(next_ids + m, pick)
         if TOKENS > 1:
             has_draft = j < TOKENS - 1
@@ -61,9 +62,9 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
             keep = draft == pick
             if DRAFT_PROBS:  # noqa: SIM102 (compiled out without q; the inner branch is run time)
                 if has_draft:
-                    emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, best, total, tau,
-                                                   norm, found, tile_max, draft_probs, temp, p, k, key, position, V,
-                                                   BN, BV, TILES_P, VERDICT_ROUND)
+                    emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, held_list, best,
+                                                   total, tau, norm, found, tile_max, draft_probs, temp, p, k, key,
+                                                   position, V, BN, BV, TILES_P, VERDICT_ROUND)
             tl.store(token_emit + m, emit)
             tl.store(token_keep + m, keep.to(tl.int32))
 
@@ -95,8 +96,8 @@ def store_verdict(row, m, j, emit, keep, accepted, emitted, TOKENS: tl.constexpr
 
 
 @triton.jit
-def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm, found, tile_max, draft_probs, temp,
-                      p, k, key, position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
+def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total, tau, norm, found, tile_max,
+                      draft_probs, temp, p, k, key, position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
                       TILES_P: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
     ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
@@ -119,8 +120,9 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm,
         floor = tau  # S: the ids whose logit is at least it
         if ~found & ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
             vals = tile_maxima(tile_max, m, V, BN, TILES_P)
-            floor, norm = allowed_threshold(logits + m * V, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P),
-                                            best, inv_t, total, k, p, V, BN, TILES_P)
+            floor, norm = allowed_threshold(logits + m * V, held_list, vals,
+                                            tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best, inv_t, total,
+                                            k, p, V, BN, TILES_P)
         q = draft_probs + draft_row * V
         d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
         logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
@@ -145,8 +147,8 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, best, total, tau, norm,
 
 
 @triton.jit
-def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, key, position, V: tl.constexpr,
-          BN: tl.constexpr, TILES_P: tl.constexpr):
+def _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k, key, position,
+          V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
     """Token row m's id, drawn from softmax(logits / temperature) over its row's set S, the ids
     within its top_k (0: any) whose more likely ids hold less than top_p of the probability (both
     against the whole distribution). The first draw is over every id (Gumbel-max; its uniforms
@@ -161,7 +163,8 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
     (or top_p ≤ 0) takes its greedy id, the first index of its largest logit. The uniforms come
     from the row's seed, the token's position and the round. ``temp``, ``p``, ``k`` and ``key``
     are the row's settings, ``position`` the token's; TILES_P is the tiles rounded up to a power
-    of two. Returns the id, with what a verdict over the same distribution reuses
+    of two, and ``held_list`` the token row's TILES_P entries of scratch for its passes' lists
+    of tiles (``allowed.walk_first``). Returns the id, with what a verdict over the same distribution reuses
     (``_proposal_verdict``): the row's largest logit, the mass of every id (0 for a greedy row),
     and S's threshold and mass where the second draw found them (else −inf and the mass of every
     id), and whether it did."""
@@ -193,48 +196,44 @@ def _draw(m, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, 
             x = tl.load(row + pick, cache_modifier=".cg")
             stands = ~maxima_fail(x, vals, tl.exp(shift), k, p, total)  # else no pass: it fails at x
             if stands:
-                above, over_mass = _above(row, vals, x, best, inv_t, V, BN, TILES_P)
+                above, over_mass = _above(row, held_list, vals, x, best, inv_t, V, BN, TILES_P)
                 stands = ((k <= 0) | (above < k)) & (over_mass < p * total)
             if ~stands:
-                tau, norm = allowed_threshold(row, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best,
-                                              inv_t, total, k, p, V, BN, TILES_P)
+                tau, norm = allowed_threshold(row, held_list, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P),
+                                              best, inv_t, total, k, p, V, BN, TILES_P)
                 found = tl.full([], 1, tl.int1)
-                pick = _draw_within(row, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
+                pick = _draw_within(row, held_list, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
     return pick, best, total, tau, norm, found
 
 
 @triton.jit
-def _above(row, vals, x, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
+def _above(row, held_list, vals, x, best, inv_t, V: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr):
     """How many of the row's logits are above x, and their mass, over the tiles whose max
     (``vals``) is above it."""
     GT: tl.constexpr = max(1, 256 // BN)
-    held = vals > x
-    steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
     count = tl.zeros([GT * BN], tl.int32)  # a lane's, summed after the walk
     over = tl.zeros([GT * BN], tl.float32)
-    ahead, _, _, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
+    steps, dense, n, ahead, _, _, tiles = walk_first(row, vals > x, held_list, GT, V, BN, TILES_P)
     for step in range(0, steps):
         logit = ahead
-        ahead, _, _, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        ahead, _, _, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         count += (logit > x).to(tl.int32)
         over += tl.where(logit > x, tl.exp((logit - best) * inv_t), 0.0)
     return tl.sum(count, axis=0), tl.sum(over, axis=0)
 
 
 @triton.jit
-def _draw_within(row, vals, tau, best, inv_t, key, position, V: tl.constexpr, BN: tl.constexpr,
+def _draw_within(row, held_list, vals, tau, best, inv_t, key, position, V: tl.constexpr, BN: tl.constexpr,
                  TILES_P: tl.constexpr):
     """A Gumbel-max draw among the row's ids at or above τ, with round 1's uniforms, over the
     tiles whose max is: the first id of the largest perturbed logit."""
     GT: tl.constexpr = max(1, 256 // BN)
-    held = vals >= tau
-    steps, dense = held_steps(held, (V + BN - 1) // BN, GT)
     top_z = tl.full([GT * BN], float("-inf"), tl.float32)  # a lane's best and its first id
     pick = tl.full([GT * BN], V, tl.int32)
-    ahead, ahead_ok, ahead_v, after = step_ids(row, held, tl.full([], -1, tl.int32), 0, dense, GT, V, BN, TILES_P)
+    steps, dense, n, ahead, ahead_ok, ahead_v, tiles = walk_first(row, vals >= tau, held_list, GT, V, BN, TILES_P)
     for step in range(0, steps):
         logit, ok, v = ahead, ahead_ok, ahead_v
-        ahead, ahead_ok, ahead_v, after = step_ids(row, held, after, step + 1, dense, GT, V, BN, TILES_P)
+        ahead, ahead_ok, ahead_v, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         u = uniform(key, v.to(tl.uint32), position, 1)
         z = tl.where(ok & (logit >= tau), (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
         pick = tl.where(z > top_z, v, pick)  # a lane's ids ascend with the steps: the first stays on a tie

@@ -13,6 +13,7 @@ from .dense import region_arg, tensor, x_hat
 from .spec import CrossRank, Need, Op, WeightStream
 
 CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, after a CTA barrier"
+HELD_LOCAL = "cta-local: each sample task writes and reads back only its token row's list, between CTA barriers"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
 SAMPLE_CHUNK = 2048  # vocabulary entries the verdict's correction pass loads at a time
@@ -63,6 +64,11 @@ class HeadShape:
         """The tiles whose parts the argmax or sampler reads (of ``out_vocab``)."""
         return -(-self.out_vocab // self.block_n)
 
+    @property
+    def sample_tiles_p(self) -> int:
+        """The sampler's tiles rounded up to a power of two (at least a correction chunk's)."""
+        return max(next_pow2(self.out_tiles), SAMPLE_CHUNK // self.block_n)
+
 
 def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int, ranks: int = 1,
               vocab_rows: int = 0) -> tuple[Op, ...]:
@@ -98,6 +104,8 @@ def head_regions(s: HeadShape) -> dict[str, Region]:
     if s.sampled:  # each tile's part of the rows' first draw (kernels/head._first_draw)
         regions += [Region(name, "scratch", dtype, (s.m, s.out_tiles), parts, ())
                     for name, dtype in (("tile_z", "fp32"), ("tile_zarg", "i32"), ("tile_mass", "fp32"))]
+        # each token row's list of the tiles a pass of its draw walks (kernels/allowed.walk_first)
+        regions.append(Region("held_tiles", "scratch", "i32", (s.m, s.sample_tiles_p), "sample", (), HELD_LOCAL))
     if s.greedy:
         regions += [Region("tile_max", "scratch", "fp32", (s.m, s.out_tiles), parts, ()),
                     Region("tile_arg", "scratch", "i32", (s.m, s.out_tiles), parts, ()),
@@ -192,13 +200,14 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                       "(token row): its id drawn from softmax(logits / temperature) within its row's top-k and top-p "
                       f"(greedy where temperature is 0){' and its part of the verdict' if verify else ''}",
                       (("logits", arg["logits"]), ("tile_max", arg["tile_max"]), ("tile_arg", arg["tile_arg"]),
-                       *((n, arg[n]) for n in draw), ("next_ids", arg["next_ids"]), ("positions", positions),
-                       *sampling.items(), ("tokens", drafts),
+                       *((n, arg[n]) for n in draw), ("held_tiles", arg["held_tiles"]), ("next_ids", arg["next_ids"]),
+                       ("positions", positions), *sampling.items(), ("tokens", drafts),
                        *((n, arg[n] if verify else None) for n in VERDICT_PARTS), ("draft_probs", q),
                        ("DRAFT_PROBS", s.draft_probs), ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
-                       ("TILES_P", max(next_pow2(s.out_tiles), SAMPLE_CHUNK // s.block_n)),
+                       ("TILES_P", s.sample_tiles_p),
                        ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("VERDICT_ROUND", VERDICT_ROUND)),
-                      writes=(r["next_ids"], *parts), reads=("tile_max", "tile_arg", *draw, "logits"),
+                      writes=(r["next_ids"], r["held_tiles"], *parts),
+                      reads=("tile_max", "tile_arg", *draw, "logits", "held_tiles"),
                       needs=(*(Need(n, "the token row's tiles") for n in ("tile_max", "tile_arg", *draw)),
                              Need("logits", "the token row's logits")),
                       io_bytes=s.m * 4 * (1 + len(parts) + verify) + (rows * s.out_vocab * 4 if s.draft_probs else 0)))
