@@ -129,8 +129,10 @@ def _cut_pass(row, held_list, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t
     a step with none inside skips the cuts); the least and the greatest logit in (lo, hi]; and the
     least logit read (the row's where lo is −inf). Its sums stay a lane's until the walk ends: a
     step's one reduction across the CTA is the test for ids inside."""
-    count = tl.zeros([GT * BN, SPLITS], tl.int32)  # a count and a mass a lane and cut, summed after the walk
-    over = tl.zeros([GT * BN, SPLITS], tl.float32)
+    # a count and a mass a cut and lane, summed after the walk; cut-major, so that a step's ids
+    # broadcast over the cuts in the layout they were loaded in (no exchange through shared memory)
+    count = tl.zeros([SPLITS, GT * BN], tl.int32)
+    over = tl.zeros([SPLITS, GT * BN], tl.float32)
     inside_min = tl.full([GT * BN], float("inf"), tl.float32)
     inside_max = tl.full([GT * BN], float("-inf"), tl.float32)
     least = tl.full([GT * BN], float("inf"), tl.float32)
@@ -140,13 +142,13 @@ def _cut_pass(row, held_list, vals, lo, hi, cuts, count_hi, over_hi, best, inv_t
         ahead, ahead_ok, _, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         inside = (logit > lo) & (logit <= hi)
         if tl.max(inside.to(tl.int32), axis=0) > 0:
-            above = inside[:, None] & (logit[:, None] > cuts[None, :])
+            above = inside[None, :] & (logit[None, :] > cuts[:, None])
             count += above.to(tl.int32)
-            over += tl.where(above, tl.exp((logit - best) * inv_t)[:, None], 0.0)
+            over += tl.where(above, tl.exp((logit - best) * inv_t)[None, :], 0.0)
             inside_min = tl.minimum(inside_min, tl.where(inside, logit, float("inf")))
             inside_max = tl.maximum(inside_max, tl.where(inside, logit, float("-inf")))
         least = tl.minimum(least, tl.where(ok, logit, float("inf")))
-    return (tl.sum(count, axis=0) + count_hi, tl.sum(over, axis=0) + over_hi, tl.min(inside_min, axis=0),
+    return (tl.sum(count, axis=1) + count_hi, tl.sum(over, axis=1) + over_hi, tl.min(inside_min, axis=0),
             tl.max(inside_max, axis=0), tl.min(least, axis=0))
 
 
