@@ -107,7 +107,9 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
     ``tau``, ``norm`` and ``found`` are ``_draw``'s: the row's largest logit, the mass of every
     id, and S's threshold and mass where its draw found them. p's normalizer is ``total`` where
     S is every id, else the mass at or above S's threshold (``allowed_threshold``, from the
-    row's logits and its tiles' maxima in ``tile_max``, where the draw did not find it). A greedy
+    row's logits and its tiles' maxima in ``tile_max``, where the draw did not find it), which
+    is not searched for where d is in S and u · q(d) < π(d) / total (p(d) is at least that, so
+    d is kept whatever S's mass: a pass at most, as the draw's check). A greedy
     row (temperature or top_p 0) keeps d when it is its greedy id ``pick`` and emits ``pick``:
     the rule over a one-id p. The uniforms are the row's seed's at the token's position in
     rounds past the draw's (u: round VERDICT_ROUND at id d; the correction's noise: the round
@@ -117,18 +119,29 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
     keep = draft == pick
     if (temp > 0.0) & (p > 0.0):
         inv_t = 1.0 / temp
+        q = draft_probs + draft_row * V
+        in_vocabulary = (draft >= 0) & (draft < V)  # a draft outside the vocabulary is never kept
+        d = tl.minimum(tl.maximum(draft, 0), V - 1)
+        logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
+        weight_d = tl.exp((logit_d - best) * inv_t)
+        u_q = uniform(key, d.to(tl.uint32), position, VERDICT_ROUND) * tl.load(q + d)
         floor = tau  # S: the ids whose logit is at least it
         if ~found & ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
+            # p(d) = π(d) / π(S) ≥ π(d) / π(every id): where u · q(d) is below even that and d is
+            # in S, d is kept whatever S's mass, and S's threshold is not searched for
             vals = tile_maxima(tile_max, m, V, BN, TILES_P)
-            floor, norm = allowed_threshold(logits + m * V, held_list, vals,
-                                            tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best, inv_t, total,
-                                            k, p, V, BN, TILES_P)
-        q = draft_probs + draft_row * V
-        d = tl.minimum(tl.maximum(draft, 0), V - 1)  # a draft outside the vocabulary is never kept
-        logit_d = tl.load(logits + m * V + d, cache_modifier=".cg")
-        p_d = tl.where(logit_d >= floor, tl.exp((logit_d - best) * inv_t) / norm, 0.0)
-        u = uniform(key, d.to(tl.uint32), position, VERDICT_ROUND)
-        keep = (u * tl.load(q + d) < p_d) & (draft >= 0) & (draft < V)
+            sure = in_vocabulary & (u_q < weight_d / total)
+            if sure:
+                sure = _allowed_at(logits + m * V, held_list, vals, logit_d, best, inv_t, total, k, p, V, BN,
+                                   TILES_P)
+            if sure:
+                floor, norm = logit_d, total
+            else:
+                floor, norm = allowed_threshold(logits + m * V, held_list, vals,
+                                                tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best, inv_t,
+                                                total, k, p, V, BN, TILES_P)
+        p_d = tl.where(logit_d >= floor, weight_d / norm, 0.0)
+        keep = (u_q < p_d) & in_vocabulary
         emit = tl.where(keep, draft, pick)
         if ~keep:  # the correction: a draw from max(0, p − q) (p's own draw where fp32 leaves it no mass)
             top_z = tl.full([], float("-inf"), tl.float32)
@@ -193,17 +206,27 @@ def _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
         top = tl.max(tiles_z, axis=0)
         pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            x = tl.load(row + pick, cache_modifier=".cg")
-            stands = ~maxima_fail(x, vals, tl.exp(shift), k, p, total)  # else no pass: it fails at x
-            if stands:
-                above, over_mass = _above(row, held_list, vals, x, best, inv_t, V, BN, TILES_P)
-                stands = ((k <= 0) | (above < k)) & (over_mass < p * total)
+            stands = _allowed_at(row, held_list, vals, tl.load(row + pick, cache_modifier=".cg"), best, inv_t,
+                                 total, k, p, V, BN, TILES_P)
             if ~stands:
                 tau, norm = allowed_threshold(row, held_list, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P),
                                               best, inv_t, total, k, p, V, BN, TILES_P)
                 found = tl.full([], 1, tl.int1)
                 pick = _draw_within(row, held_list, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
     return pick, best, total, tau, norm, found
+
+
+@triton.jit
+def _allowed_at(row, held_list, vals, x, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+                TILES_P: tl.constexpr):
+    """Whether an id of logit x is in the row's allowed set S: no pass where the tiles' maxima
+    already show the test failing at x (``maxima_fail``), else one over the tiles whose max is
+    above x counts its more likely ids and their mass."""
+    allowed = ~maxima_fail(x, vals, tl.exp((vals - best) * inv_t), k, p, total)
+    if allowed:
+        above, over = _above(row, held_list, vals, x, best, inv_t, V, BN, TILES_P)
+        allowed = ((k <= 0) | (above < k)) & (over < p * total)
+    return allowed
 
 
 @triton.jit
