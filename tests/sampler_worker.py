@@ -60,9 +60,10 @@ def threshold_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, h
     _, best, total, _, _, _ = _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, temp, p, k,
                                     0, 0, V, BN, TILES_P)
     vals = tile_maxima(tile_max, m, V, BN, TILES_P)
+    inv_t = 1.0 / temp
     floor, norm = allowed_threshold(logits + m * V, held_list, vals,
-                                    tiles_floor(best, 1.0 / temp, total, k, p, vals, TILES_P), best, 1.0 / temp, total,
-                                    k, p, V, BN, TILES_P)
+                                    tiles_floor(vals, tl.exp((vals - best) * inv_t), best, total, k, p), best, inv_t,
+                                    total, k, p, V, BN, TILES_P)
     tl.store(tau + m, floor)
     tl.store(mass + m, norm)
 

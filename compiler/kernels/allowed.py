@@ -77,15 +77,14 @@ def allowed_threshold(row, held_list, vals, floor, best, inv_t, total, k, p, V: 
 
 
 @triton.jit
-def tiles_floor(best, inv_t, total, k, p, vals, TILES_P: tl.constexpr):
-    """A logit at which the allowed-set test fails, from the row's tile maxima ``vals`` alone
-    (−inf where they show none): a tile whose max is above c holds at least that id above c, so
-    where the tiles with a max above c number k or more, or their maxima's mass reaches p of the
-    whole, so do the ids (the mass with 1e-5 to spare for fp32's rounding of both sums). The
-    highest such c, by bisection over the floats in their order (as int32 keys: 32 halvings, each
-    two reductions over the maxima), is just below a tile's max: only the tiles whose max is
-    above it hold an id of S."""
-    weight = tl.exp((vals - best) * inv_t)
+def tiles_floor(vals, weight, best, total, k, p):
+    """A logit at which the allowed-set test fails, from the row's tile maxima ``vals`` alone (and
+    their masses ``weight``, exp((max − best) · inv_t)), −inf where they show none: a tile whose
+    max is above c holds at least that id above c, so where the tiles with a max above c number
+    k or more, or their maxima's mass reaches p of the whole, so do the ids (the mass with 1e-5
+    to spare for fp32's rounding of both sums). The highest such c, by bisection over the floats
+    in their order (as int32 keys: 32 halvings, each two reductions over the maxima), is just
+    below a tile's max: only the tiles whose max is above it hold an id of S."""
     fails = maxima_fail(float("-inf"), vals, weight, k, p, total)
     lo = _float_key(tl.full([], float("-inf"), tl.float32)).to(tl.int64)  # fails, where any c does
     hi = _float_key(best).to(tl.int64)  # passes: no tile's max is above the best logit

@@ -130,16 +130,17 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
             # p(d) = π(d) / π(S) ≥ π(d) / π(every id): where u · q(d) is below even that and d is
             # in S, d is kept whatever S's mass, and S's threshold is not searched for
             vals = tile_maxima(tile_max, m, V, BN, TILES_P)
+            weight = tl.exp((vals - best) * inv_t)
             sure = in_vocabulary & (u_q < weight_d / total)
             if sure:
-                sure = _allowed_at(logits + m * V, held_list, vals, logit_d, best, inv_t, total, k, p, V, BN,
+                sure = _allowed_at(logits + m * V, held_list, vals, weight, logit_d, best, inv_t, total, k, p, V, BN,
                                    TILES_P)
             if sure:
                 floor, norm = logit_d, total
             else:
                 floor, norm = allowed_threshold(logits + m * V, held_list, vals,
-                                                tiles_floor(best, inv_t, total, k, p, vals, TILES_P), best, inv_t,
-                                                total, k, p, V, BN, TILES_P)
+                                                tiles_floor(vals, weight, best, total, k, p), best, inv_t, total, k,
+                                                p, V, BN, TILES_P)
         p_d = tl.where(logit_d >= floor, weight_d / norm, 0.0)
         keep = (u_q < p_d) & in_vocabulary
         emit = tl.where(keep, draft, pick)
@@ -200,16 +201,17 @@ def _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
     if (temp > 0.0) & (p > 0.0):
         inv_t = 1.0 / temp
         shift = (vals - best) * inv_t  # the tiles' parts, from each tile's max to the row's
-        total = tl.sum(tl.exp(shift) * mass, axis=0)
+        weight = tl.exp(shift)  # each tile's max's mass
+        total = tl.sum(weight * mass, axis=0)
         norm = total
         tiles_z += shift
         top = tl.max(tiles_z, axis=0)
         pick = tl.min(tl.where(tiles_z == top, tiles_zarg, V), axis=0)
         if ~(((k <= 0) | (k >= V)) & (p >= 1.0)):
-            stands = _allowed_at(row, held_list, vals, tl.load(row + pick, cache_modifier=".cg"), best, inv_t,
-                                 total, k, p, V, BN, TILES_P)
+            stands = _allowed_at(row, held_list, vals, weight, tl.load(row + pick, cache_modifier=".cg"), best,
+                                 inv_t, total, k, p, V, BN, TILES_P)
             if ~stands:
-                tau, norm = allowed_threshold(row, held_list, vals, tiles_floor(best, inv_t, total, k, p, vals, TILES_P),
+                tau, norm = allowed_threshold(row, held_list, vals, tiles_floor(vals, weight, best, total, k, p),
                                               best, inv_t, total, k, p, V, BN, TILES_P)
                 found = tl.full([], 1, tl.int1)
                 pick = _draw_within(row, held_list, vals, tau, best, inv_t, key, position, V, BN, TILES_P)
@@ -217,12 +219,12 @@ def _draw(m, logits, held_list, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
 
 
 @triton.jit
-def _allowed_at(row, held_list, vals, x, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
+def _allowed_at(row, held_list, vals, weight, x, best, inv_t, total, k, p, V: tl.constexpr, BN: tl.constexpr,
                 TILES_P: tl.constexpr):
     """Whether an id of logit x is in the row's allowed set S: no pass where the tiles' maxima
-    already show the test failing at x (``maxima_fail``), else one over the tiles whose max is
-    above x counts its more likely ids and their mass."""
-    allowed = ~maxima_fail(x, vals, tl.exp((vals - best) * inv_t), k, p, total)
+    (``vals``, their masses ``weight``) already show the test failing at x (``maxima_fail``),
+    else one over the tiles whose max is above x counts its more likely ids and their mass."""
+    allowed = ~maxima_fail(x, vals, weight, k, p, total)
     if allowed:
         above, over = _above(row, held_list, vals, x, best, inv_t, V, BN, TILES_P)
         allowed = ((k <= 0) | (above < k)) & (over < p * total)
