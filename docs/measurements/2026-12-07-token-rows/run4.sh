@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The correction over the tiles that hold an allowed id (.gpu/T11: correction-tiles.patch applied to
-# bc0e48b, with the default recipe's package copied from T8 for the GPU tests) against T10
-# (bc0e48b): the GPU tests on T11, then the verify band's cost on T10 and T11, twice in turn.
+# 4d588a7, with the default recipe's package copied from T8 for the GPU tests) against T10
+# (4d588a7 itself, compiled again: bc0e48b's code, the maxima's masses computed once): the GPU
+# tests on T11, then the verify band's cost on T10 and T11, twice in turn.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
