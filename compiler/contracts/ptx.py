@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-_LABEL = re.compile(r"^\s*(\$?[\w.]+):")
+_LABEL = re.compile(r"^\s*(\$?[\w.]+):(?!:)")  # not a state space: `fence.proxy.async.shared::cta;`
 _INSTR = re.compile(r"^\s*(?:@(!?%?\w+)\s+)?([a-z][\w.:]*)\s*(.*?);\s*$")
 _REG = re.compile(r"%[\w]+")
 _PARAM = re.compile(r"\[\s*([\w$]+)_param_(\d+)\s*\]")
@@ -183,10 +183,9 @@ def parse_ptx(text: str) -> Ptx:
     return ptx
 
 
-def _loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, frozenset[int]]]:
-    """The loops of the control-flow graph: for each branch u → v such that v reaches u, the
-    blocks on a path from v to u, gathered by header v. The PTX's text order says nothing here:
-    LLVM may place a loop's body after the code that follows it, and branch back out of it."""
+def blocks_and_successors(instrs: list[Instr], labels: dict[str, int]) -> tuple[list[tuple[int, int]], list[set[int]]]:
+    """The control-flow graph: its basic blocks (first and last instruction index) and each
+    block's successors (block numbers). An indirect branch's targets (``brx``) are not followed."""
     starts = {0} | {i for i in labels.values() if i < len(instrs)}
     for ins in instrs:
         if ins.base in ("bra", "brx", "ret", "exit", "trap") and ins.index + 1 < len(instrs):
@@ -205,6 +204,14 @@ def _loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, froze
         if falls and k + 1 < len(blocks) and instrs[blocks[k + 1][0]].function == ins.function:
             out.add(k + 1)
         succ.append(out)
+    return blocks, succ
+
+
+def _loops(instrs: list[Instr], labels: dict[str, int]) -> list[tuple[int, frozenset[int]]]:
+    """The loops of the control-flow graph: for each branch u → v such that v reaches u, the
+    blocks on a path from v to u, gathered by header v. The PTX's text order says nothing here:
+    LLVM may place a loop's body after the code that follows it, and branch back out of it."""
+    blocks, succ = blocks_and_successors(instrs, labels)
     pred: list[set[int]] = [set() for _ in blocks]
     for k, out in enumerate(succ):
         for j in out:
