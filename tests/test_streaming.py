@@ -391,9 +391,46 @@ def missing_wait(pkg):
     _ptx(pkg).write_text("\n".join(lines))
 
 
+def _fill_and_its_wait(lines: list[str]) -> tuple[int, int]:
+    """The line numbers (0-based) of the program's first refill (``expect_tx``) and of the slot
+    wait before it."""
+    fill = next(k for k, line in enumerate(lines) if "mbarrier.arrive.expect_tx" in line)
+    return fill, max(k for k in range(fill) if "mbarrier.try_wait.parity" in lines[k])
+
+
+def _address(line: str) -> str:
+    return line.split("[")[-1].split("]")[0].strip()
+
+
+def refill_unguarded(pkg):
+    """The loader's wait for a slot's release before its first refill made a no-op."""
+    lines = _ptx(pkg).read_text().split("\n")
+    _, wait = _fill_and_its_wait(lines)
+    lines[wait] = "\tsetp.eq.u32 complete, 0, 0;"
+    _ptx(pkg).write_text("\n".join(lines))
+
+
+def refill_waits_on_ready(pkg):
+    """The loader's wait before its first refill on the slot's ready barrier, not its empty one."""
+    lines = _ptx(pkg).read_text().split("\n")
+    fill, wait = _fill_and_its_wait(lines)
+    ready, empty = (max(k for k in range(fill) if lines[k].split()[:2] == ["add.s32", _address(lines[at]) + ","])
+                    for at in (fill, wait))
+    lines[empty] = lines[empty].rsplit(",", 1)[0] + "," + lines[ready].rsplit(",", 1)[1]
+    _ptx(pkg).write_text("\n".join(lines))
+
+
+def release_unfenced(pkg):
+    """The compute warps' first fence.proxy.async before a slot's release deleted."""
+    lines = _ptx(pkg).read_text().split("\n")
+    del lines[next(k for k, line in enumerate(lines) if "fence.proxy.async" in line)]
+    _ptx(pkg).write_text("\n".join(lines))
+
+
 @pytest.mark.parametrize("plant,contract", [
     (relaxed_poll, "I2"), (relaxed_signal, "I1"), (half_armed, "S2"), (stream_of_a_region, "S1"),
-    (missing_wait, "I4"), (kv_copy_dropped, "S2"), (kv_of_a_region, "S1"),
+    (missing_wait, "I4"), (kv_copy_dropped, "S2"), (kv_of_a_region, "S1"), (refill_unguarded, "S3"),
+    (refill_waits_on_ready, "S3"), (release_unfenced, "S3"),
 ])
 def test_each_planted_defect_in_a_streaming_program_is_caught(package, tmp_path, plant, contract):
     import shutil
@@ -407,6 +444,13 @@ def test_each_planted_defect_in_a_streaming_program_is_caught(package, tmp_path,
 
 
 # -- the PTX reader on a warp-specialized program ----------------------------------------------
+
+def test_an_instruction_naming_a_state_space_is_not_a_label():
+    """``fence.proxy.async.shared::cta;`` unpredicated: an instruction (S3 looks for it), not the
+    label ``fence.proxy.async.shared`` followed by ``:cta``."""
+    ptx = parse_ptx(".visible .entry k(\n)\n{\n\tfence.proxy.async.shared::cta;\n\tret;\n}\n")
+    assert [i.opcode for i in ptx.instrs] == ["fence.proxy.async.shared::cta", "ret"] and not ptx.labels
+
 
 def test_loops_come_from_the_control_flow_graph_not_the_text_order():
     """LLVM may place a loop's body after the code that follows it (a backward branch that leaves

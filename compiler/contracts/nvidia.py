@@ -20,6 +20,7 @@ from .plan_rules import (
     unguarded_kv_store,
 )
 from .ptx import Instr, Ptx, definitions, integer_op
+from .ring import check_ring
 from .violations import Violation
 
 _STRONG_SCOPES = ("gpu", "sys")
@@ -83,6 +84,7 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     out += _check_kv_stores(p, ptx)
     out += _check_grid_dependency(p, ptx)
     out += _check_tensor_copies(p, ptx)
+    out += check_ring(p, ptx)
     return out
 
 

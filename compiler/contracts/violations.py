@@ -8,7 +8,8 @@ CONTRACTS = {
     "P0": "planned", "I0": "integrity", "C1": "happens-before", "C2": "no overwrite in flight", "C3": "residency",
     "C4": "liveness", "C5": "epochs", "I1": "release signals", "I2": "acquire waits", "I3": "coherent loads",
     "I4": "declared sites", "I5": "edge counters", "S1": "read-only streams", "S2": "armed bytes",
-    "X1": "cross-rank signals", "X2": "cross-rank waits", "X3": "peer reads", "X4": "cross-rank sites",
+    "S3": "the ring's handshake", "X1": "cross-rank signals", "X2": "cross-rank waits", "X3": "peer reads",
+    "X4": "cross-rank sites",
 }
 
 
