@@ -42,19 +42,22 @@ def _kind(ins: Instr) -> str | None:
 
 
 class _Leaf(Exception):
+    """A register whose value no integer chain gives (a loop's count, a load, a thread's id)."""
+
     def __init__(self, name: str):
         self.name = name
 
 
 def _barrier_operand(ins: Instr) -> tuple[str, int] | None:
-    """The mbarrier operand ``[%r + k]``: (register, k), None for a constant address."""
+    """The mbarrier operand ``[%r + k]``: (register, k); None for any other form."""
     memory = [op for op in ins.operands if op.startswith("[")]
     if not memory:
         return None
     parts = [x.strip() for x in memory[-1].strip("[] ").split("+")]
-    if not parts[0].startswith("%"):
+    displacement = immediate(parts[1]) if len(parts) == 2 else 0 if len(parts) == 1 else None
+    if not parts[0].startswith("%") or displacement is None:
         return None
-    return parts[0], (immediate(parts[1]) or 0) if len(parts) > 1 else 0
+    return parts[0], displacement
 
 
 def _difference(defs, a: Instr, b: Instr) -> int | None:
@@ -155,10 +158,11 @@ def check_ring(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
 
 def _fixed_barrier_arrives(ptx: Ptx, defs) -> set[int]:
     """The plain arrives on a barrier at one address a launch (a routed layer's ``routed_bar``,
-    which the compute warps arrive on once routed), not on a slot of the ring: their address is
-    an ``mbarrier.init``'s, whatever the values the chains cannot follow."""
+    which the compute warps arrive on once routed), not on a slot of the ring: outside any loop,
+    and their address an ``mbarrier.init``'s whatever the values the chains cannot follow. A
+    release in a loop is always a slot's, even one that names a fixed slot."""
     inits = [i for i in ptx.instrs if i.opcode.startswith("mbarrier.init")]
-    return {i.index for i in ptx.instrs if _kind(i) == "release"
+    return {i.index for i in ptx.instrs if _kind(i) == "release" and ptx.in_loop(i.index) is None
             and any(_difference(defs, i, init) == 0 for init in inits)}
 
 
