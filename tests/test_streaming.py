@@ -600,6 +600,20 @@ def test_a_dropped_expert_copy_is_caught(routed_package, tmp_path):
     assert "S2" in {v.contract for v in check_package(pkg).violations if v.program == MOE_LAYER}
 
 
+def test_an_unfenced_release_in_a_routed_program_is_caught(routed_package, tmp_path):
+    """The routed program's last fence.proxy.async in the text deleted: its slot's release is
+    caught (S3), although the program also arrives, unfenced, on routed_bar, which is no slot."""
+    import shutil
+
+    pkg = tmp_path / "pkg"
+    shutil.copytree(routed_package, pkg)
+    lines = _ptx(pkg, MOE_LAYER).read_text().split("\n")
+    del lines[max(k for k, line in enumerate(lines) if "fence.proxy.async" in line)]
+    _ptx(pkg, MOE_LAYER).write_text("\n".join(lines))
+    rebuild_code(pkg, MOE_LAYER)
+    assert "S3" in {v.contract for v in check_package(pkg).violations if v.program == MOE_LAYER}
+
+
 def test_an_expert_stack_is_described_as_its_stacked_rows_in_place():
     """A routed layer's descriptor reads [experts, rows, cols] as [experts · rows, cols], a view of
     the engine's tensor; a stack that is not one block of memory is refused, not copied."""
