@@ -22,7 +22,8 @@ import random
 
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
-from .ptx import Instr, Ptx, blocks_and_successors, definitions, immediate, integer_op
+from .cfg import blocks_and_successors
+from .ptx import Instr, Ptx, definitions, immediate, integer_op
 from .violations import Violation
 
 _M32 = (1 << 32) - 1  # shared-memory addresses are 32-bit
@@ -76,12 +77,12 @@ def _difference(defs, a: Instr, b: Instr) -> int | None:
         except NotEvaluable:
             raise _Leaf(name) from None
 
+    (ra, ka), (rb, kb) = ops
     seen = set()
     for seed in range(3):
         rng, inputs = random.Random(seed), {}
         for _ in range(256):
             try:
-                (ra, ka), (rb, kb) = ops
                 seen.add((evaluate(ra, define, inputs) + ka - evaluate(rb, define, inputs) - kb) & _M32)
                 break
             except _Leaf as leaf:
