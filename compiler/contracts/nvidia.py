@@ -28,10 +28,6 @@ _COHERENT_LOADS = ("cg", "cv", "volatile", "acquire", "relaxed")
 STREAMABLE = ("layer_weight", "model_weight", "kv_cache")  # the roles a TMA copy may read (S1)
 
 
-def _site(ins: Instr) -> str:
-    return f"ptx line {ins.line}"
-
-
 def _is_global_memory(ins: Instr) -> bool:
     if ins.base == "cp":  # cp.async.*.shared.global: a global source, when it has one
         return ins.has("async") and ins.address is not None
@@ -58,13 +54,13 @@ def check_ptx(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
             if loop is not None:
                 wait_loops.add(loop)
                 if not strong:
-                    out.append(Violation(p.name, _site(ins), "I2",
+                    out.append(Violation(p.name, ins.site, "I2",
                                          f"a wait loop reads the counter with `{ins.opcode}`: not an acquire at gpu "
                                          "scope, so the consumer's later loads may see data older than the signal"))
             elif not strong and not epoch:
                 # a relaxed read outside a loop is the epoch read only if a signal follows it; before a wait
                 # loop it is the wait's first poll, which may find the target reached and end the wait
-                out.append(Violation(p.name, _site(ins), "I2",
+                out.append(Violation(p.name, ins.site, "I2",
                                      f"the wait's first poll reads the counter with `{ins.opcode}`, not an acquire at "
                                      "gpu scope: when it already finds the target, no acquire orders the consumer's "
                                      "loads after the signal"))
@@ -124,7 +120,7 @@ def _counter_sites(p: ProgramSpec, ptx: Ptx, accesses: list[Instr], kinds: list[
         if kind == "poll" and g:
             compares = tuple(_compares(ptx, ins, accesses, define(ins.function),
                                        {r for f, r in epoch if f == ins.function}, g))
-        sites.append(CounterSite(_site(ins), kind, counter, why, ptx.in_loop(ins.index), compares))
+        sites.append(CounterSite(ins.site, kind, counter, why, ptx.in_loop(ins.index), compares))
     return sites
 
 
@@ -160,9 +156,9 @@ def _compares(ptx: Ptx, ins: Instr, accesses: list[Instr], define, epoch: set[st
         try:
             op = integer_op(i)
         except NotEvaluable as e:
-            yield str(e), _site(i)
+            yield str(e), i.site
             continue
-        yield compare_thresholds(op, values, define, epoch, g), _site(i)
+        yield compare_thresholds(op, values, define, epoch, g), i.site
 
 
 def _is_signal(ins: Instr) -> bool:
@@ -172,11 +168,6 @@ def _is_signal(ins: Instr) -> bool:
 
 def _is_tensor_copy(ins: Instr) -> bool:
     return ins.opcode.startswith("cp.async.bulk.tensor")
-
-
-def _barrier(ins: Instr) -> str:
-    """The mbarrier operand of a TMA copy or an expect_tx: its last memory operand's register."""
-    return [op for op in ins.operands if op.startswith("[")][-1].strip("[] ").split("+")[0].strip()
 
 
 def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
@@ -202,13 +193,13 @@ def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
         ins, expected, copied = armed.pop(key)
         if expected != copied:
             then = "read the slot before its data lands" if copied > expected else "wait forever"
-            out.append(Violation(p.name, _site(ins), "S2", f"the mbarrier is armed for {expected} bytes, the TMA "
+            out.append(Violation(p.name, ins.site, "S2", f"the mbarrier is armed for {expected} bytes, the TMA "
                                                            f"copies that complete on it move {copied}: its waiter would "
                                                            f"{then}"))
 
     for ins in ptx.instrs:
         if ins.opcode.startswith("mbarrier.arrive.expect_tx"):
-            key = (ins.function, _barrier(ins))
+            key = (ins.function, ins.mbarrier[0])
             if key in armed:
                 settle(key)
             armed[key] = [ins, int(ins.operands[-1], 0), 0]
@@ -216,14 +207,14 @@ def _check_tensor_copies(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
             sources = ptx.address_params(ins)
             read = sorted(descs[k].name if k in descs else f"parameter {k}" for k in sources)
             if not sources or any(k not in descs or descs[k].role not in STREAMABLE for k in sources):
-                out.append(Violation(p.name, _site(ins), "S1",
+                out.append(Violation(p.name, ins.site, "S1",
                                      f"a TMA copy reads {', '.join(read) or 'an address from no parameter'}: the "
                                      "async proxy may stream only the weights and the KV cache's earlier steps "
                                      "(read-only for the launch), never a region another CTA writes in the launch"))
                 continue
-            key = (ins.function, _barrier(ins))
+            key = (ins.function, ins.mbarrier[0])
             if key not in armed:
-                out.append(Violation(p.name, _site(ins), "S2", "a TMA copy completes on an mbarrier that no "
+                out.append(Violation(p.name, ins.site, "S2", "a TMA copy completes on an mbarrier that no "
                                                                "expect_tx armed before it"))
                 continue
             tmap = p.tensor_map(descs[min(sources)].name)
@@ -258,24 +249,24 @@ def _check_cross_rank(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
         system = any(ins.has(s) for s in ("sys",))
         if params & counters:
             if not _is_signal(ins):
-                out.append(Violation(p.name, _site(ins), "X1", f"`{ins.opcode}` on a rank's cross-rank counters, "
+                out.append(Violation(p.name, ins.site, "X1", f"`{ins.opcode}` on a rank's cross-rank counters, "
                                                                "which only the ranks' signals may touch"))
                 continue
             signals += 1
             if not (ins.has("release") or ins.has("acq_rel")) or not system:
-                out.append(Violation(p.name, _site(ins), "X1",
+                out.append(Violation(p.name, ins.site, "X1",
                                      f"the cross-rank signal is `{ins.opcode}`: not a release at system scope, so "
                                      "another GPU that sees the count may not see this rank's partial"))
             if ptx.in_loop(ins.index) is not None:
-                out.append(Violation(p.name, _site(ins), "X4", IN_A_LOOP))
+                out.append(Violation(p.name, ins.site, "X4", IN_A_LOOP))
             out += _barrier_before(p, ptx, ins, counters, "X1")
         elif own is not None and own in params:
             if _is_signal(ins) or ins.base not in ("ld", "atom"):
-                out.append(Violation(p.name, _site(ins), "X2", f"`{ins.opcode}` on this rank's cross-rank counters, "
+                out.append(Violation(p.name, ins.site, "X2", f"`{ins.opcode}` on this rank's cross-rank counters, "
                                                                "which it only reads (the ranks' signals write them)"))
                 continue
             if not (ins.has("acquire") or ins.has("acq_rel")) or not system:
-                out.append(Violation(p.name, _site(ins), "X2",
+                out.append(Violation(p.name, ins.site, "X2",
                                      f"the cross-rank wait reads its counter with `{ins.opcode}`: not an acquire at "
                                      "system scope, so the peers' partials read after it may be older than their "
                                      "signals"))
@@ -284,10 +275,10 @@ def _check_cross_rank(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
                 loops.add(loop)
         elif params & buffers:
             if ins.base != "ld":
-                out.append(Violation(p.name, _site(ins), "X3", f"`{ins.opcode}` through another rank's buffer: a rank "
+                out.append(Violation(p.name, ins.site, "X3", f"`{ins.opcode}` through another rank's buffer: a rank "
                                                                "writes only its own"))
             elif not (ins.has("volatile") or system):
-                out.append(Violation(p.name, _site(ins), "X3",
+                out.append(Violation(p.name, ins.site, "X3",
                                      f"another rank's buffer is read with `{ins.opcode}`: not volatile or at system "
                                      "scope, so a cached copy may be older than that rank's signal"))
     return out + cross_rank_count_violations(p, signals, len(loops), "ptx")
@@ -300,30 +291,30 @@ def _barrier_before(p: ProgramSpec, ptx: Ptx, ins: Instr, counters: set[int], co
         if prev.base in ("bar", "barrier") and (prev.has("sync") or prev.opcode == "barrier"):
             return []
         if _is_global_memory(prev) and prev.base in ("st", "atom", "red") and not ptx.address_params(prev) & counters:
-            return [Violation(p.name, _site(ins), contract,
+            return [Violation(p.name, ins.site, contract,
                               f"no CTA barrier between the store at ptx line {prev.line} and the signal: one "
                               "thread's release does not cover the other threads' stores")]
-    return [Violation(p.name, _site(ins), contract, "no CTA barrier before the signal")]
+    return [Violation(p.name, ins.site, contract, "no CTA barrier before the signal")]
 
 
 def _check_signal(p: ProgramSpec, ptx: Ptx, ins: Instr) -> list[Violation]:
     out = []
     if ptx.in_loop(ins.index) is not None:  # I4: a signal site executes once a step
-        out.append(Violation(p.name, _site(ins), "I4", IN_A_LOOP))
+        out.append(Violation(p.name, ins.site, "I4", IN_A_LOOP))
     if not (ins.has("release") or ins.has("acq_rel")) or not any(ins.has(s) for s in _STRONG_SCOPES):
-        out.append(Violation(p.name, _site(ins), "I1",
+        out.append(Violation(p.name, ins.site, "I1",
                              f"the signal is `{ins.opcode}`: not a release at gpu scope, so a consumer that sees "
                              "the count may not see the producer's stores"))
     for prev in reversed(ptx.instrs[: ins.index]):
         if prev.base in ("bar", "barrier") and (prev.has("sync") or prev.opcode == "barrier"):
             break
         if _is_global_memory(prev) and prev.base in ("st", "atom", "red"):
-            out.append(Violation(p.name, _site(ins), "I1",
+            out.append(Violation(p.name, ins.site, "I1",
                                  f"no CTA barrier between the store at ptx line {prev.line} and the signal: one "
                                  "thread's release does not cover the other threads' stores"))
             break
     else:
-        out.append(Violation(p.name, _site(ins), "I1", "no CTA barrier before the signal"))
+        out.append(Violation(p.name, ins.site, "I1", "no CTA barrier before the signal"))
     return out
 
 
@@ -345,7 +336,7 @@ def _check_loads(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
             why = "an L1-cached load"
         else:
             continue
-        out.append(Violation(p.name, _site(ins), "I3",
+        out.append(Violation(p.name, ins.site, "I3",
                              f"`{ins.opcode}` of {', '.join(hit)} is {why}: another CTA writes it in this launch, "
                              "and this SM may read a stale copy"))
     return out
@@ -361,7 +352,7 @@ def _check_kv_stores(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
     for ins in ptx.instrs:
         if ins.base in ("st", "atom", "red") and _is_global_memory(ins) and kv & ptx.address_params(ins) \
                 and lens not in ptx.predicate_loads(ins) and not ptx.never_executes(ins):
-            out.append(unguarded_kv_store(p, _site(ins), f"`{ins.opcode}`"))
+            out.append(unguarded_kv_store(p, ins.site, f"`{ins.opcode}`"))
     return out
 
 
@@ -377,7 +368,7 @@ def _check_grid_dependency(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
                                                "still reads")]
     early = [w for w in writes if w.index < waits[0]]
     if early:
-        return [Violation(p.name, _site(early[0]), "C2",
+        return [Violation(p.name, early[0].site, "C2",
                           f"`{early[0].opcode}` comes before griddepcontrol.wait (ptx line "
                           f"{ptx.instrs[waits[0]].line}): it may overwrite what the previous launch still reads")]
     return []

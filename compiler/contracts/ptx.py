@@ -66,6 +66,22 @@ class Instr:
         plus = memory[0].strip("[] ").split("+")
         return 0 if len(plus) == 1 else immediate(plus[1].strip())
 
+    @property
+    def site(self) -> str:
+        """Where a violation is, as a reader of the PTX file finds it."""
+        return f"ptx line {self.line}"
+
+    @property
+    def mbarrier(self) -> tuple[str, int | None] | None:
+        """The last memory operand ``[%r + k]``, which names the mbarrier of a TMA copy, an
+        ``expect_tx``, an arrive or a wait: (its register or symbol, k: 0 where none is written,
+        None where it is not a constant); None where the instruction has no memory operand."""
+        memory = [op for op in self.operands if op.startswith("[")]
+        if not memory:
+            return None
+        parts = [x.strip() for x in memory[-1].strip("[] ").split("+")]
+        return parts[0], immediate(parts[1]) if len(parts) == 2 else 0 if len(parts) == 1 else None
+
     def loaded_param(self) -> int | None:
         """The kernel parameter an ``ld.param`` of the kernel (function 0) reads, else None."""
         p = _PARAM.search(self.operands[-1]) if self.base == "ld" and self.has("param") and self.operands else None

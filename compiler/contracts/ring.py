@@ -23,7 +23,7 @@ import random
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
 from .cfg import blocks_and_successors
-from .ptx import Instr, Ptx, definitions, immediate, integer_op
+from .ptx import Instr, Ptx, definitions, integer_op
 from .violations import Violation
 
 _M32 = (1 << 32) - 1  # shared-memory addresses are 32-bit
@@ -50,15 +50,12 @@ class _Leaf(Exception):
 
 
 def _barrier_operand(ins: Instr) -> tuple[str, int] | None:
-    """The mbarrier operand ``[%r + k]``: (register, k); None for any other form."""
-    memory = [op for op in ins.operands if op.startswith("[")]
-    if not memory:
+    """The mbarrier operand as a register plus a constant, (register, k); None for any other form
+    (a symbol, a displacement that is not a constant)."""
+    operand = ins.mbarrier
+    if operand is None or not operand[0].startswith("%") or operand[1] is None:
         return None
-    parts = [x.strip() for x in memory[-1].strip("[] ").split("+")]
-    displacement = immediate(parts[1]) if len(parts) == 2 else 0 if len(parts) == 1 else None
-    if not parts[0].startswith("%") or displacement is None:
-        return None
-    return parts[0], displacement
+    return operand
 
 
 def _difference(defs, a: Instr, b: Instr) -> int | None:
@@ -92,10 +89,6 @@ def _difference(defs, a: Instr, b: Instr) -> int | None:
         else:
             return None
     return seen.pop() if len(seen) == 1 else None
-
-
-def _site(ins: Instr) -> str:
-    return f"ptx line {ins.line}"
 
 
 def check_ring(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
@@ -140,11 +133,11 @@ def check_ring(p: ProgramSpec, ptx: Ptx) -> list[Violation]:
         for wait, fenced in sorted(seen_at[index]):
             gap = _difference(defs, ins, ptx.instrs[wait]) if wait >= 0 else None
             if gap is None:
-                out.append(Violation(p.name, _site(ins), "S3", _UNGUARDED[kind]))
+                out.append(Violation(p.name, ins.site, "S3", _UNGUARDED[kind]))
                 break
             gaps[kind].add(gap)
             if kind == "release" and not fenced:
-                out.append(Violation(p.name, _site(ins), "S3", "a slot is released with no fence.proxy.async after "
+                out.append(Violation(p.name, ins.site, "S3", "a slot is released with no fence.proxy.async after "
                                                                "its reads: the loader's next copy (async proxy) is "
                                                                "not ordered after them"))
                 break
