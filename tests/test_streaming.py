@@ -614,6 +614,35 @@ def test_an_unfenced_release_in_a_routed_program_is_caught(routed_package, tmp_p
     assert "S3" in {v.contract for v in check_package(pkg).violations if v.program == MOE_LAYER}
 
 
+def test_experts_up_splits_its_k_where_that_lowers_its_busiest_ctas_units(tmp_path):
+    """``max_split_up``: on 3 SMs the tiny model's 1-row experts_up (4 slots × 2 tiles of 32 rows,
+    4 chunks of 64) leaves one CTA 3 tasks of 4 units; in 4 K splits none streams more than 11
+    units, and at 2 rows 2 splits suffice. The split tasks write gate and weighted up partials,
+    which experts_down stages into h, a CTA's own slice; the staged programs (the Triton
+    executor's) keep K whole. The split programs compile and keep every contract."""
+    from .conftest import compile_tiny
+
+    table = streaming_table(tmp_path / "sm_90.yaml", kinds=("layer", "moe"), block_k=64, max_split_up=4)
+    recipe, package = compile_tiny(tmp_path, "--schedule", str(table), "--sm-count", "3", config="tiny-qwen3-moe.json")
+    on_three = tmp_path / "tiny-3.yaml"
+    on_three.write_text(recipe.read_text().replace("sm_count: 4", "sm_count: 3"))
+    plan = plan_recipe(load_recipe(on_three), read_schedule(table))
+    for band, split in (("r1t1", 4), ("r2t1", 2)):
+        moe = plan.program(f"moe.{band}.persistent")
+        ops = {op.name: op for op in moe.ops}
+        slots = 4 * int(band[1])
+        assert ops["experts_up"].binding("UP_SPLIT") == ops["experts_down"].binding("UP_SPLIT") == split
+        assert ops["experts_up"].tasks == slots * 2 * split
+        regions = {r.name: r for r in moe.regions}
+        assert (regions["h_experts"].dtype, regions["h_experts"].shape) == ("fp32", (split, slots, int(band[1]), 128))
+        assert regions["h_staged"].shape == (3, slots, int(band[1]), 64)
+        assert regions["h_staged"].writer == "experts_down" and regions["h_staged"].same_stage
+        staged = {op.name: op for op in plan.program(f"moe.{band}.experts_up").ops}
+        assert staged["experts_up"].binding("UP_SPLIT") == 1
+    report = check_package(package)
+    assert report.ok, "\n".join(v.line() for v in report.violations)
+
+
 def test_an_expert_stack_is_described_as_its_stacked_rows_in_place():
     """A routed layer's descriptor reads [experts, rows, cols] as [experts · rows, cols], a view of
     the engine's tensor; a stack that is not one block of memory is refused, not copied."""
