@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import asdict
 
+from ..compiler.balance import unit_spread
 from ..compiler.plan import Plan
 from ..footprint import Footprint, footprint
 from ..manifest import Manifest
@@ -74,10 +75,14 @@ def plan_text(plan: Plan, bandwidth: float, context: int) -> str:
             continue  # the staged programs repeat the persistent one's stages
         flags = ", ".join(f for f, on in (("PDL", p.launch_pdl), ("cooperative", p.launch_cooperative)) if on)
         lines.append(f"program {p.name}: grid {p.grid} × {p.num_warps} warps{' (' + flags + ')' if flags else ''}")
+        ops = {op.name: op for op in p.ops}
         for s in p.stages:
             moved = s.weight_bytes + s.io_bytes + s.kv_bytes_per_token * g.attended(context)
             routed = f" + {_mb(s.bytes_per_expert)} a chosen expert" if s.bytes_per_expert else ""
-            lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}{routed}  {s.task}")
+            spread = unit_spread(ops[s.name], p.grid) if p.executor == "gluon" else None
+            spread_text = f"; {spread.text()}" if spread else ""
+            lines.append(f"  stage {s.index} {s.name:<8} {s.tasks:>6} tasks  {_mb(moved):>11}{routed}  {s.task}"
+                         f"{spread_text}")
         for op in p.ops:
             if op.needs:
                 needs = "; ".join(f"{n.region}: {n.part}" for n in op.needs)

@@ -10,6 +10,7 @@ programs keep the CPU numerics (``test_numerics.py``).
 
 import ctypes
 import json
+import re
 
 import pytest
 import yaml
@@ -616,10 +617,15 @@ def test_an_unfenced_release_in_a_routed_program_is_caught(routed_package, tmp_p
 
 def test_experts_up_splits_its_k_where_that_lowers_its_busiest_ctas_units(tmp_path):
     """``max_split_up``: on 3 SMs the tiny model's 1-row experts_up (4 slots × 2 tiles of 32 rows,
-    4 chunks of 64) leaves one CTA 3 tasks of 4 units; in 4 K splits none streams more than 11
-    units, and at 2 rows 2 splits suffice. The split tasks write gate and weighted up partials,
-    which experts_down stages into h, a CTA's own slice; the staged programs (the Triton
-    executor's) keep K whole. The split programs compile and keep every contract."""
+    4 chunks of 64) leaves two CTAs 3 tasks of 4 units; in 4 K splits none streams more than 11
+    units (``monobuild plan`` says so), and at 2 rows 2 splits suffice. The split tasks write
+    gate and weighted up partials, which experts_down stages into h, a CTA's own slice; the staged
+    programs (the Triton executor's) keep K whole. The split programs compile and keep every
+    contract."""
+    from click.testing import CliRunner
+
+    from monobuild.cli.main import main
+
     from .conftest import compile_tiny
 
     table = streaming_table(tmp_path / "sm_90.yaml", kinds=("layer", "moe"), block_k=64, max_split_up=4)
@@ -639,6 +645,13 @@ def test_experts_up_splits_its_k_where_that_lowers_its_busiest_ctas_units(tmp_pa
         assert regions["h_staged"].writer == "experts_down" and regions["h_staged"].same_stage
         staged = {op.name: op for op in plan.program(f"moe.{band}.experts_up").ops}
         assert staged["experts_up"].binding("UP_SPLIT") == 1
+    shown = CliRunner().invoke(main, ["plan", str(on_three), "--schedule", str(table)])
+    up = next(line for line in shown.output.split("\n") if re.search(r"stage \d+ experts_up ", line))
+    assert up.endswith("busiest CTA 11 units (median 11)"), up
+    whole = streaming_table(tmp_path / "whole.yaml", kinds=("layer", "moe"), block_k=64)
+    shown = CliRunner().invoke(main, ["plan", str(on_three), "--schedule", str(whole)])
+    up = next(line for line in shown.output.split("\n") if re.search(r"stage \d+ experts_up ", line))
+    assert up.endswith("busiest CTA 12 units (median 12)"), up
     report = check_package(package)
     assert report.ok, "\n".join(v.line() for v in report.violations)
 
