@@ -12,7 +12,8 @@ then norm_up, router, experts_up, experts_down.
   writes h[slot] = w · silu(g)·u for every row of the band, w the row's weight of the slot's
   expert (0 where the row did not choose it), so the weighting is done before down. CTA 0 also
   writes the slots (``routed``: their count, then the experts; a step's record an engine can
-  read back per layer).
+  read back per layer). A streamed program may split experts_up's K (``Tiling.up_split``): its
+  tasks then write each split's g and weight·u, and experts_down forms h from them (``h_staged``).
 - **experts_down**: x_out = x1 + Σ_slots h[slot] · W_down[expert]ᵀ: a GEMV over the slots'
   concatenated K (each slot's ``inter`` columns), in tiles of the hidden size × the layer's K
   splits, each split an even share of the concatenated chunks (the hidden state leaves the layer

@@ -15,11 +15,15 @@ two ops. The mbarrier is used once a launch (phase 0).
   t mod G. Its unit of a K chunk is the slot's expert's TN gate rows above the same TN up rows
   (a dense gated GEMV's halves), copied by TMA from the gate|up stack seen as [E · 2·INTER, K]:
   the expert's gate rows from e · 2·INTER, its up rows INTER further. A tile running past INTER
-  reads the next rows of the stack into output rows that are never stored.
+  reads the next rows of the stack into output rows that are never stored. With K in UP_SPLIT
+  splits, task t is (slot, tile) t mod (slots · TILES) of split t div (slots · TILES), and
+  writes that split's fp32 partials of g and weight·u (``_store_partials``).
 - **experts_down**: task (tile, split) as a dense split-K GEMV's, over the slots' concatenated
   columns (``kernels/moe.experts_down_op`` says how the chunks fall to the splits); a unit is the
   expert's BN rows of one K chunk, from the down stack seen as [E · N, INTER]. A chunk past the
-  step's slots is no unit: both sides skip it, so a task streams only what routing chose.
+  step's slots is no unit: both sides skip it, so a task streams only what routing chose. With
+  experts_up's K split, the CTA first forms h = silu(Σ g)·Σ (weight·u) for its tasks' chunks
+  into its own slice of ``h_staged`` (``_stage_h``), whose chunks it then reads as h's.
 
 The activation chunks (x̂_up, then h) come through the activation ring from global memory, as a
 dense GEMV's (``gemv.py``), through L2 only.
