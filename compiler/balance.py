@@ -1,12 +1,13 @@
 """How a streaming program's ops spread their weight units over the CTAs.
 
-On the streaming executor a CTA's time in a GEMV follows the units (K chunks of a tile) it waits
-for in turn, and the next op's edge waits for the busiest CTA (the routed 1-row stage clocks,
-docs/measurements/2026-12-05-h200-moe-stream run 5). Task t of an op runs on CTA t mod grid, so
-how many units each CTA streams follows from the op's tasks and chunks alone: ``monobuild plan``
-prints it beside each streamed op, where an uneven spread (Qwen3-30B-A3B's 1-row experts_up: 16
-units on 60 CTAs, 8 on 72) shows before anything runs. The planner's own choices (``split_k``,
-``gated_halves``, ``Tiling.up_split``) minimise the busiest CTA's share by the same count.
+Task t of an op runs on CTA t mod grid, so how many units (K chunks of a tile) each CTA streams
+follows from the op's tasks and chunks alone, and the next op's edge waits for the busiest CTA.
+``monobuild plan`` prints the spread beside each streamed op, so an uneven one (Qwen3-30B-A3B's
+1-row experts_up: 16 units on 60 CTAs, 8 on 72) shows before anything runs. The planner's own
+choices (``split_k``, ``gated_halves``) minimise the busiest CTA's share by the same count. It is
+a count, not a time: evening that experts_up out (its K in two splits, 12 units on every CTA)
+left its busiest CTA as slow and made the median one slower
+(docs/measurements/2026-12-07-moe-up-split).
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ def unit_spread(op: Op, grid: int) -> Spread | None:
         chunks = _cdiv(b("K") // b("SPLIT"), b("BK"))
         return _spread(op.tasks, chunks * (2 if b("GATED") and not b("HALVES") else 1), grid)
     if op.body == EXPERTS_UP_BODY:
-        return _spread(op.tasks, _cdiv(b("K") // b("UP_SPLIT"), b("BK")), grid)
+        return _spread(op.tasks, _cdiv(b("K"), b("BK")), grid)
     if op.body == EXPERTS_DOWN_BODY:
         chunks = b("SLOTS") * _cdiv(b("INTER"), b("BK"))
         return _spread(op.tasks, max(_cdiv(chunks, b("SPLIT")), 1), grid)

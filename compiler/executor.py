@@ -229,8 +229,8 @@ def _streamed_experts(op: Op, unit: Ring) -> Op:
     box_rows = unit.rows // 2 if up else unit.rows
     swap = {"w_ptr": Arg(w.name, tensordesc_type(w.type.lstrip("*"), box_rows, unit.cols), w.role), "BK": unit.cols}
     op = replace(op, bindings=tuple((k, swap.get(k, v)) for k, v in op.bindings))
-    if up:  # (slot, tile, K split) tasks of half a unit's rows
+    if up:  # (slot, tile) tasks of half a unit's rows
         tiles = -(-op.binding("INTER") // box_rows)
-        op = replace(op, tasks=op.binding("SLOTS") * tiles * op.binding("UP_SPLIT"),
+        op = replace(op, tasks=op.binding("SLOTS") * tiles,
                      task=op.task.replace(f"tile of {op.binding('BN')} ", f"tile of {box_rows} "))
     return op

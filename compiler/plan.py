@@ -197,9 +197,7 @@ class Planner:
         routed = None
         if kind == "moe":
             e = g.experts
-            up_split = self.tiling.up_split(band, entry) if self.tiling.streams(entry, mode) else 1
-            routed = RoutedShape(e.count, e.top_k, e.intermediate, e.normalize, e.selected(band.m), k_splits.router,
-                                 up_split)
+            routed = RoutedShape(e.count, e.top_k, e.intermediate, e.normalize, e.selected(band.m), k_splits.router)
             cx |= {"E_P": next_pow2(e.count), "SLOTS_P": next_pow2(routed.slots), "ROUTER_SPLIT": k_splits.router}
 
         def shape(grid: int) -> LayerShape:

@@ -33,7 +33,6 @@ class ScheduleEntry:
     weight_stages: int = 1
     max_split_k: int = 1
     max_split_qkv: int = 1
-    max_split_up: int = 1
     kv_tile: int = 16
     kv_stages: int = 1
     long_kv_tile: int = 0
@@ -46,17 +45,17 @@ class ScheduleEntry:
 
 
 _KEYS = {f.name for f in fields(ScheduleEntry)}
-# weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down), max_split_qkv and
-# max_split_up (a streamed routed layer's experts_up) to 1 (no K split), kv_tile to 16 (one page of
-# the usual block size per attention iteration), kv_stages to 1, long_kv_tile to 0 (every split
-# walks kv_tile tokens per iteration), long_kv_stages to 0 (the long walk is pipelined as deep as
-# the short one), kv_substreams to 1 (the long walk keeps one online-softmax state), norm_rows to 1
-# (a norm stage stages one row of x̂ per load), norm_stages to 0 (each CTA of a GEMV after an
-# RMSNorm — qkv, up, the LM head — stages x̂ itself), streaming to 0 (the layer programs are the
-# Triton executor's; 1: the persistent layer program is the streaming executor's,
-# compiler/executor.py), stream_slots to 0 (its weight ring holds as many units as shared memory does).
-_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "max_split_up", "kv_tile", "kv_stages", "long_kv_tile",
-             "long_kv_stages", "kv_substreams", "norm_rows", "norm_stages", "streaming", "stream_slots"}
+# weight_stages defaults to 1 (the register double-buffer), max_split_k (o, down) and
+# max_split_qkv to 1 (no K split), kv_tile to 16 (one page of the usual block size per attention
+# iteration), kv_stages to 1, long_kv_tile to 0 (every split walks kv_tile tokens per iteration),
+# long_kv_stages to 0 (the long walk is pipelined as deep as the short one), kv_substreams to 1
+# (the long walk keeps one online-softmax state), norm_rows to 1 (a norm stage stages one row of x̂
+# per load), norm_stages to 0 (each CTA of a GEMV after an RMSNorm — qkv, up, the LM head — stages
+# x̂ itself), streaming to 0 (the layer programs are the Triton executor's; 1: the persistent layer
+# program is the streaming executor's, compiler/executor.py), stream_slots to 0 (its weight ring
+# holds as many units as shared memory does).
+_OPTIONAL = {"weight_stages", "max_split_k", "max_split_qkv", "kv_tile", "kv_stages", "long_kv_tile", "long_kv_stages",
+             "kv_substreams", "norm_rows", "norm_stages", "streaming", "stream_slots"}
 _FLAGS = {"norm_stages", "streaming"}  # 0 or 1
 # a pipeline depth or a ring's slots need not be a power of two
 _ANY_POSITIVE = {"weight_stages", "kv_stages", "long_kv_stages", "stream_slots"}

@@ -84,20 +84,6 @@ class Tiling:
         router = split_k(-(-g.experts.count // bn), g.hidden, bk, grid, entry.max_split_k) if kind == "moe" else 1
         return KSplits(qkv, o, self.down_split(band), router)
 
-    def up_split(self, band: Band, entry: ScheduleEntry) -> int:
-        """The K split of a streamed routed layer's experts_up (the table's ``max_split_up`` at
-        most; 1 on the Triton executor, whose experts_up applies silu·up to whole sums): the split
-        that minimises the units its busiest CTA waits for, over the band's most slots and tiles of
-        half a unit's rows (a unit is an expert's gate rows above its up rows). At one row,
-        Qwen3-30B-A3B's 8 slots × 24 tiles are 192 tasks on 132 CTAs, so 60 CTAs stream two
-        tasks of 8 chunks while 72 stream one; split in two, no CTA streams more than 12."""
-        e = self.recipe.rank_geometry.experts
-        if e is None or entry.max_split_up == 1 or not self.streams(entry, "persistent"):
-            return 1
-        grid, bk = self.recipe.deployment.sm_count, self.stream_block_k(entry)
-        tiles = e.selected(band.m) * -(-e.intermediate // (executor.stream_rows(entry.num_warps) // 2))
-        return split_k(tiles, self.recipe.rank_geometry.hidden, bk, grid, entry.max_split_up)
-
     def gemv_tiling(self, entry: ScheduleEntry) -> tuple[int, int, int]:
         """A layer program's grid, GEMV output rows a task and K chunk."""
         bk = self.stream_block_k(entry) if self.streams(entry, "persistent") else self.block_k(entry)

@@ -615,45 +615,31 @@ def test_an_unfenced_release_in_a_routed_program_is_caught(routed_package, tmp_p
     assert "S3" in {v.contract for v in check_package(pkg).violations if v.program == MOE_LAYER}
 
 
-def test_experts_up_splits_its_k_where_that_lowers_its_busiest_ctas_units(tmp_path):
-    """``max_split_up``: on 3 SMs the tiny model's 1-row experts_up (4 slots × 2 tiles of 32 rows,
-    4 chunks of 64) leaves two CTAs 3 tasks of 4 units; in 4 K splits none streams more than 11
-    units (``monobuild plan`` says so), and at 2 rows 2 splits suffice. The split tasks write
-    gate and weighted up partials, which experts_down stages into h, a CTA's own slice; the staged
-    programs (the Triton executor's) keep K whole. The split programs compile and keep every
-    contract."""
+def test_plan_shows_how_each_streamed_ops_units_spread_over_the_ctas(tmp_path):
+    """Beside each weight-streaming op of a streaming program, ``monobuild plan`` prints the units
+    its busiest and its median CTA stream, and the CTAs that stream none (compiler/balance.py):
+    on 3 SMs the tiny model's 1-row experts_up (4 slots × 2 tiles of 32 rows, 4 chunks of 64)
+    leaves two CTAs 3 tasks of 4 units and one CTA 2; its router (16 experts, one tile, K in 2
+    splits of 2 chunks) one CTA idle."""
+    import shutil
+
     from click.testing import CliRunner
 
     from monobuild.cli.main import main
 
-    from .conftest import compile_tiny
+    from .conftest import TINY_RECIPE
 
-    table = streaming_table(tmp_path / "sm_90.yaml", kinds=("layer", "moe"), block_k=64, max_split_up=4)
-    recipe, package = compile_tiny(tmp_path, "--schedule", str(table), "--sm-count", "3", config="tiny-qwen3-moe.json")
-    on_three = tmp_path / "tiny-3.yaml"
-    on_three.write_text(recipe.read_text().replace("sm_count: 4", "sm_count: 3"))
-    plan = plan_recipe(load_recipe(on_three), read_schedule(table))
-    for band, split in (("r1t1", 4), ("r2t1", 2)):
-        moe = plan.program(f"moe.{band}.persistent")
-        ops = {op.name: op for op in moe.ops}
-        slots = 4 * int(band[1])
-        assert ops["experts_up"].binding("UP_SPLIT") == ops["experts_down"].binding("UP_SPLIT") == split
-        assert ops["experts_up"].tasks == slots * 2 * split
-        regions = {r.name: r for r in moe.regions}
-        assert (regions["h_experts"].dtype, regions["h_experts"].shape) == ("fp32", (split, slots, int(band[1]), 128))
-        assert regions["h_staged"].shape == (3, slots, int(band[1]), 64)
-        assert regions["h_staged"].writer == "experts_down" and regions["h_staged"].same_stage
-        staged = {op.name: op for op in plan.program(f"moe.{band}.experts_up").ops}
-        assert staged["experts_up"].binding("UP_SPLIT") == 1
-    shown = CliRunner().invoke(main, ["plan", str(on_three), "--schedule", str(table)])
-    up = next(line for line in shown.output.split("\n") if re.search(r"stage \d+ experts_up ", line))
-    assert up.endswith("busiest CTA 11 units (median 11)"), up
-    whole = streaming_table(tmp_path / "whole.yaml", kinds=("layer", "moe"), block_k=64)
-    shown = CliRunner().invoke(main, ["plan", str(on_three), "--schedule", str(whole)])
-    up = next(line for line in shown.output.split("\n") if re.search(r"stage \d+ experts_up ", line))
-    assert up.endswith("busiest CTA 12 units (median 12)"), up
-    report = check_package(package)
-    assert report.ok, "\n".join(v.line() for v in report.violations)
+    shutil.copy(DATA / "tiny-qwen3-moe.json", tmp_path / "tiny-qwen3-moe.json")
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(TINY_RECIPE.replace("tiny-llama.json", "tiny-qwen3-moe.json").replace("sm_count: 4", "sm_count: 3"))
+    table = streaming_table(tmp_path / "sm_90.yaml", kinds=("layer", "moe"), block_k=64)
+    shown = CliRunner().invoke(main, ["plan", str(recipe), "--schedule", str(table)])
+    assert shown.exit_code == 0, shown.output
+    program = shown.output.split("program moe.r1t1.persistent")[1].split("\n\n")[0]
+    stages = {m.group(1): line for line in program.split("\n") if (m := re.search(r"stage \d+ (\w+) ", line))}
+    assert stages["experts_up"].endswith("busiest CTA 12 units (median 12)"), stages["experts_up"]
+    assert stages["router"].endswith("busiest CTA 2 units (median 2, 1 of 3 CTAs idle)"), stages["router"]
+    assert "busiest" not in stages["attn"] and "busiest" not in stages["norm_up"]
 
 
 def test_an_expert_stack_is_described_as_its_stacked_rows_in_place():

@@ -69,14 +69,12 @@ def experts_up_op(pid, pre, logits_ptr, L_PARTS: tl.constexpr, context_lens_ptr,
                   ROWS_P: tl.constexpr, TOKENS: tl.constexpr, E: tl.constexpr, E_P: tl.constexpr, TOPK: tl.constexpr,
                   NORMALIZE: tl.constexpr, SLOTS: tl.constexpr, SLOTS_P: tl.constexpr, routed_ptr, x_ptr, w_ptr,
                   scale_ptr, QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, h_ptr, INTER: tl.constexpr,
-                  UP_SPLIT: tl.constexpr, K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr,
-                  DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
+                  K: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr, DOT_IEEE: tl.constexpr,
+                  W_STAGES: tl.constexpr):
     """Route the band's rows, then the CTA's (slot, tile) tasks: h[slot, :M, tile] = weight ·
     silu(x̂ · W_gate[e, tile]ᵀ) · (x̂ · W_up[e, tile]ᵀ), e the slot's expert, weight each row's
     weight of e (0 where the row did not choose it). One software-pipelined loop over the CTA's
-    (task, K chunk) pairs, as the dense GEMV's (``gemv.py``), its trip count the routing's. K is
-    whole here (UP_SPLIT 1): the split is the streaming executor's (``Tiling.up_split``)."""
-    tl.static_assert(UP_SPLIT == 1)
+    (task, K chunk) pairs, as the dense GEMV's (``gemv.py``), its trip count the routing's."""
     weight, chosen = route(logits_ptr, L_PARTS, context_lens_ptr, M, ROWS_P, TOKENS, E, E_P, TOPK, NORMALIZE)
     e = tl.arange(0, E_P)
     used = tl.max(chosen.to(tl.int32), axis=0)  # [E_P]: an expert some row chose
@@ -124,18 +122,15 @@ def experts_up_op(pid, pre, logits_ptr, L_PARTS: tl.constexpr, context_lens_ptr,
 
 
 @triton.jit
-def experts_down_op(pid, pre, routed_ptr, h_ptr, UP_SPLIT: tl.constexpr, h_staged_ptr, w_ptr, scale_ptr,
-                    QUANT: tl.constexpr, QBN: tl.constexpr, QBK: tl.constexpr, residual_ptr, RES_PARTS: tl.constexpr,
-                    out_ptr,
+def experts_down_op(pid, pre, routed_ptr, h_ptr, w_ptr, scale_ptr, QUANT: tl.constexpr, QBN: tl.constexpr,
+                    QBK: tl.constexpr, residual_ptr, RES_PARTS: tl.constexpr, out_ptr,
                     N: tl.constexpr, INTER: tl.constexpr, M: tl.constexpr, ROWS_P: tl.constexpr, BN: tl.constexpr,
                     BK: tl.constexpr, SPLIT: tl.constexpr, SLOTS: tl.constexpr, SLOTS_P: tl.constexpr, G: tl.constexpr,
                     DOT_IEEE: tl.constexpr, W_STAGES: tl.constexpr):
     """The CTA's (tile of N output rows, K split) tasks over the slots' concatenated columns: chunk
     c is columns [(c mod CH)·BK, …) of slot c div CH (CH chunks a slot), split s takes chunks
     [s·per, (s+1)·per), per = ⌈slots·CH / SPLIT⌉ (at least one, so that a step whose rows chose
-    nothing still writes its partials). Partial ``split`` of out; split 0 adds x1. h is whole
-    (UP_SPLIT 1, no h_staged): experts_up's K split is the streaming executor's."""
-    tl.static_assert(UP_SPLIT == 1)
+    nothing still writes its partials). Partial ``split`` of out; split 0 adds x1."""
     TILES: tl.constexpr = (N + BN - 1) // BN
     CH: tl.constexpr = (INTER + BK - 1) // BK
     n = tl.load(routed_ptr, cache_modifier=".cg")

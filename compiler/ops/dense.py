@@ -17,7 +17,7 @@ from .spec import Need, Op, WeightStream
 
 _KV_DISJOINT = ("disjoint: the step's tokens are appended at positions ≥ context − tokens; the cache is read "
                 "below that, and the step's own K/V come from qkv")
-CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its staged input), after a CTA barrier"
+CTA_PRIVATE = "cta-local: each CTA writes and reads back only its own slice (its normed input), after a CTA barrier"
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,6 @@ class RoutedShape:
     normalize: bool
     slots: int
     router_split: int
-    up_split: int = 1  # experts_up's K split (streamed programs: ``Tiling.up_split``)
 
 
 @dataclass(frozen=True)

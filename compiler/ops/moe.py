@@ -12,8 +12,7 @@ then norm_up, router, experts_up, experts_down.
   writes h[slot] = w · silu(g)·u for every row of the band, w the row's weight of the slot's
   expert (0 where the row did not choose it), so the weighting is done before down. CTA 0 also
   writes the slots (``routed``: their count, then the experts; a step's record an engine can
-  read back per layer). A streamed program may split experts_up's K (``Tiling.up_split``): its
-  tasks then write each split's g and weight·u, and experts_down forms h from them (``h_staged``).
+  read back per layer).
 - **experts_down**: x_out = x1 + Σ_slots h[slot] · W_down[expert]ᵀ: a GEMV over the slots'
   concatenated K (each slot's ``inter`` columns), in tiles of the hidden size × the layer's K
   splits, each split an even share of the concatenated chunks (the hidden state leaves the layer
@@ -35,7 +34,6 @@ from __future__ import annotations
 from ...schema import DTYPE_BYTES, Arg, Region
 from . import parallel
 from .dense import (
-    CTA_PRIVATE,
     LayerShape,
     Projection,
     _tiles,
@@ -53,21 +51,14 @@ from .spec import Need, Op, WeightStream
 
 
 def routed_regions(s: LayerShape) -> list[Region]:
-    """The routed MLP's regions (x̂_up is one [M, hidden] copy: the router and every expert task
-    read it). With experts_up's K split, h_experts holds each split's gate and weighted up
-    partials ([split, slot, row, gate columns | up columns], fp32), and each CTA of experts_down
-    stages the h of its tasks' chunks from them into its own slice of h_staged."""
+    """The routed MLP's regions (x̂_up is one [M, hidden] copy: the router and every expert task read it)."""
     e, m = s.routed, s.m
-    regions = [
+    return [
         Region("x_hat_up", "scratch", s.dtypes.activations, (m, s.hidden), "norm_up", ()),
         Region("router_logits", "scratch", "fp32", (e.router_split, m, e.count), "router", ()),
         Region("routed", "io", "i32", (1 + e.slots,), "experts_up", ()),
+        Region("h_experts", "scratch", s.dtypes.activations, (e.slots, m, e.inter), "experts_up", ()),
     ]
-    if e.up_split == 1:
-        return regions + [Region("h_experts", "scratch", s.dtypes.activations, (e.slots, m, e.inter), "experts_up", ())]
-    return regions + [Region("h_experts", "scratch", "fp32", (e.up_split, e.slots, m, 2 * e.inter), "experts_up", ()),
-                      Region("h_staged", "scratch", s.dtypes.activations, (s.grid, e.slots, m, e.inter),
-                             "experts_down", (), CTA_PRIVATE)]
 
 
 def moe_layer_regions(s: LayerShape) -> dict[str, Region]:
@@ -131,15 +122,12 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
 
     up_tiles = -(-e.inter // s.block_n)
     gate_up, gate_up_bytes = _expert_stack(s, "w_experts_gate_up", 2 * e.inter, h)
-    in_splits = f" × {e.up_split} K splits" if e.up_split > 1 else ""
-    writes = ("h[slot] = weight · silu(g)·u" if e.up_split == 1
-              else "each split's g and weight · u of h[slot] = silu(g)·(weight · u)")
     ops.append(Op(
-        "experts_up", "experts_up_op", None, e.slots * up_tiles * e.up_split,
+        "experts_up", "experts_up_op", None, e.slots * up_tiles,
         f"route every row (top {e.top_k} of {e.count}), then (slot, tile of {s.block_n} of the expert's gate and "
-        f"up rows){in_splits} over the experts the band's rows chose (at most {e.slots}): {writes}",
+        f"up rows) over the experts the band's rows chose (at most {e.slots}): h[slot] = weight · silu(g)·u",
         (*_routing_bindings(s, arg["router_logits"]), ("routed_ptr", arg["routed"]), ("x_ptr", arg["x_hat_up"]),
-         *gate_up, ("h_ptr", arg["h_experts"]), ("INTER", e.inter), ("UP_SPLIT", e.up_split),
+         *gate_up, ("h_ptr", arg["h_experts"]), ("INTER", e.inter),
          ("K", h), ("BN", s.block_n), ("BK", p["BK"]), ("G", s.grid), ("DOT_IEEE", p["DOT_IEEE"]),
          ("W_STAGES", p["W_STAGES"])),
         writes=(r["routed"], r["h_experts"]), reads=("router_logits", "x_hat_up"),
@@ -155,15 +143,13 @@ def routed_mlp_ops(s: LayerShape, r: dict[str, Region]) -> tuple[Op, ...]:
         "experts_down", "experts_down_op", None, tasks,
         "h[slots] · W_down[expert] rows over the chosen experts' concatenated columns " + ("" if split else "+ x1 ")
         + tiles,
-        (("routed_ptr", arg["routed"]), ("h_ptr", arg["h_experts"]), ("UP_SPLIT", e.up_split),
-         ("h_staged_ptr", arg.get("h_staged")), *down,
+        (("routed_ptr", arg["routed"]), ("h_ptr", arg["h_experts"]), *down,
          ("residual_ptr", None if split else arg["x1"]), ("RES_PARTS", 0 if split else s.x1_parts),
          ("out_ptr", arg[out]), ("N", h),
          ("INTER", e.inter), ("M", m), ("ROWS_P", p["ROWS_P"]), ("BN", s.block_n), ("BK", p["BK"]),
          ("SPLIT", s.down_split), ("SLOTS", e.slots), ("SLOTS_P", p["SLOTS_P"]), ("G", s.grid),
          ("DOT_IEEE", p["DOT_IEEE"]), ("W_STAGES", p["W_STAGES"])),
-        writes=(r[out],) + ((r["h_staged"],) if e.up_split > 1 else ()),
-        reads=("routed", "h_experts") + (() if split else ("x1",)) + (("h_staged",) if e.up_split > 1 else ()),
+        writes=(r[out],), reads=("routed", "h_experts") + (() if split else ("x1",)),
         needs=(Need("routed", "the step's slots"), Need("h_experts", "the slots in the task's K share"))
         + (() if split else (Need("x1", "the task's output columns"),)),
         bytes_per_expert=down_bytes, io_bytes=0 if split else m * h * 4, releases_next_launch=not split),

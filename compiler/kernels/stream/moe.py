@@ -15,15 +15,11 @@ two ops. The mbarrier is used once a launch (phase 0).
   t mod G. Its unit of a K chunk is the slot's expert's TN gate rows above the same TN up rows
   (a dense gated GEMV's halves), copied by TMA from the gate|up stack seen as [E · 2·INTER, K]:
   the expert's gate rows from e · 2·INTER, its up rows INTER further. A tile running past INTER
-  reads the next rows of the stack into output rows that are never stored. With K in UP_SPLIT
-  splits, task t is (slot, tile) t mod (slots · TILES) of split t div (slots · TILES), and
-  writes that split's fp32 partials of g and weight·u (``_store_partials``).
+  reads the next rows of the stack into output rows that are never stored.
 - **experts_down**: task (tile, split) as a dense split-K GEMV's, over the slots' concatenated
   columns (``kernels/moe.experts_down_op`` says how the chunks fall to the splits); a unit is the
   expert's BN rows of one K chunk, from the down stack seen as [E · N, INTER]. A chunk past the
-  step's slots is no unit: both sides skip it, so a task streams only what routing chose. With
-  experts_up's K split, the CTA first forms h = silu(Σ g)·Σ (weight·u) for its tasks' chunks
-  into its own slice of ``h_staged`` (``_stage_h``), whose chunks it then reads as h's.
+  step's slots is no unit: both sides skip it, so a task streams only what routing chose.
 
 The activation chunks (x̂_up, then h) come through the activation ring from global memory, as a
 dense GEMV's (``gemv.py``), through L2 only.
@@ -141,35 +137,22 @@ def _widened(xring, it, XD: gl.constexpr, x_layout: gl.constexpr):
 
 
 @gluon.jit
-def _up_task(task, units, UP_SPLIT: gl.constexpr):
-    """experts_up's task as (its (slot, tile) of the step's ``units``, its K split): split s's
-    tasks follow split s − 1's, so a split's tasks spread over the grid as the unsplit op's do."""
-    if UP_SPLIT == 1:
-        return task, 0
-    else:
-        return task % units, task // units
-
-
-@gluon.jit
 def load_experts_up(pid, i, ring, ready, empty, slot_table, routed_bar, routing_weights, w_ptr, INTER: gl.constexpr,
-                    UP_SPLIT: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                    SLOTS_P: gl.constexpr, G: gl.constexpr):
+                    K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, SLOTS_P: gl.constexpr, G: gl.constexpr):
     """The loader's walk of experts_up, once the compute warps have routed (``routed``): every
-    unit of the CTA's (slot, tile, K split) tasks, K chunk by chunk. ``w_ptr`` is the TMA
-    descriptor of the gate|up stack as [E · 2·INTER, K] ([BN/2, BK] boxes)."""
+    unit of the CTA's (slot, tile) tasks, K chunk by chunk. ``w_ptr`` is the TMA descriptor of
+    the gate|up stack as [E · 2·INTER, K] ([BN/2, BK] boxes)."""
     TN: gl.constexpr = BN // 2
     TILES: gl.constexpr = (INTER + TN - 1) // TN
-    KS: gl.constexpr = K // UP_SPLIT
-    CHUNKS: gl.constexpr = (KS + BK - 1) // BK
+    CHUNKS: gl.constexpr = (K + BK - 1) // BK
     lanes: gl.constexpr = gl.BlockedLayout([1], [32], [gl.num_warps()], [0])
     mbarrier.wait(routed_bar, 0)
     table, n = _slots(slot_table, SLOTS_P, lanes)
     s = gl.arange(0, SLOTS_P, layout=lanes)
-    for task in range(pid, n * TILES * UP_SPLIT, G):
-        unit, split = _up_task(task, n * TILES, UP_SPLIT)
-        gate_row = _expert(table, unit // TILES, s) * (2 * INTER) + (unit % TILES) * TN
+    for task in range(pid, n * TILES, G):
+        gate_row = _expert(table, task // TILES, s) * (2 * INTER) + (task % TILES) * TN
         for c in range(CHUNKS):
-            i = load_halves(i, ring, ready, empty, w_ptr, gate_row, w_ptr, gate_row + INTER, split * KS + c * BK)
+            i = load_halves(i, ring, ready, empty, w_ptr, gate_row, w_ptr, gate_row + INTER, c * BK)
     return i
 
 
@@ -218,47 +201,16 @@ def _x_chunk(xring, it, XD: gl.constexpr, b_layout: gl.constexpr):
 
 
 @gluon.jit
-def _up_scales(it, total, units, pid, table, s, scale_ptr, INTER: gl.constexpr, UP_SPLIT: gl.constexpr,
-               K: gl.constexpr, TN: gl.constexpr, BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr,
-               G: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr, layout: gl.constexpr):
+def _up_scales(it, total, pid, table, s, scale_ptr, INTER: gl.constexpr, K: gl.constexpr, TN: gl.constexpr,
+               BK: gl.constexpr, CHUNKS: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr, QBN: gl.constexpr,
+               QBK: gl.constexpr, layout: gl.constexpr):
     """The scales of experts_up's iteration ``it``'s unit: (its gate half's, its up half's, INTER
     rows further down its expert's gate|up stack); 0 past the ``total`` iterations."""
-    unit, split = _up_task(pid + (it // CHUNKS) * G, gl.maximum(units, 1), UP_SPLIT)  # units: 0 in a dead step
-    expert = _expert(table, unit // TILES, s)
-    row, k0, live = (unit % TILES) * TN, split * (K // UP_SPLIT) + (it % CHUNKS) * BK, it < total
+    task = pid + (it // CHUNKS) * G
+    expert = _expert(table, task // TILES, s)
+    row, k0, live = (task % TILES) * TN, (it % CHUNKS) * BK, it < total
     return (_expert_scales(scale_ptr, expert, row, k0, live, 2 * INTER, K, BK, QBN, QBK, layout),
             _expert_scales(scale_ptr, expert, row + INTER, k0, live, 2 * INTER, K, BK, QBN, QBK, layout))
-
-
-@gluon.jit
-def _up_column(j, units, pid, KS: gl.constexpr, BK: gl.constexpr, CHUNKS: gl.constexpr, G: gl.constexpr,
-               UP_SPLIT: gl.constexpr):
-    """The first column of x̂ that experts_up's iteration j multiplies: its task's K split's
-    chunk j mod CHUNKS."""
-    unit, split = _up_task(pid + (j // CHUNKS) * G, gl.maximum(units, 1), UP_SPLIT)
-    return split * KS + (j % CHUNKS) * BK
-
-
-@gluon.jit
-def _store_partials(acc, out_ptr, tile, expert, routing_weights, M: gl.constexpr, INTER: gl.constexpr,
-                    TN: gl.constexpr, layout: gl.constexpr):
-    """A split task's epilogue: its tile's gate rows of x̂ · W_gateᵀ, and of x̂ · W_upᵀ times each
-    row's weight of ``expert``, as fp32 partials at ``out_ptr`` ([M, gate columns | up columns]).
-    silu(Σ g)·Σ (weight·u) is the h the unsplit task writes (its weight, a row's constant,
-    distributes over up's splits; silu does not over gate's), and experts_down forms it
-    (``_stage_h``)."""
-    BN: gl.constexpr = 2 * TN
-    NP: gl.constexpr = acc.shape[1]
-    part = gl.convert_layout(acc, layout)
-    r = gl.arange(0, BN, layout=gl.SliceLayout(1, layout))
-    m = gl.arange(0, NP, layout=gl.SliceLayout(0, layout))
-    within = tile * TN + r % TN  # the row's column of gate or of up
-    up = r >= TN
-    weight = _expert_column(routing_weights, expert, gl.SliceLayout(0, layout))
-    part = gl.where(up[:, None], part * weight[None, :], part)
-    column = gl.where(up, INTER + within, within)
-    gl.store(out_ptr + m[None, :] * (2 * INTER) + column[:, None], part,
-             mask=(within[:, None] < INTER) & (m[None, :] < M))
 
 
 @gluon.jit
@@ -266,20 +218,17 @@ def stream_experts_up(pid, i, ring, ready, empty, xring, slot_table, routed_bar,
                       L_PARTS: gl.constexpr, context_lens_ptr, M: gl.constexpr, TOKENS: gl.constexpr, E: gl.constexpr,
                       E_P: gl.constexpr, TOPK: gl.constexpr, NORMALIZE: gl.constexpr, SLOTS: gl.constexpr,
                       SLOTS_P: gl.constexpr, routed_ptr, x_ptr, scale_ptr, QUANT: gl.constexpr, QBN: gl.constexpr,
-                      QBK: gl.constexpr, h_ptr, INTER: gl.constexpr, UP_SPLIT: gl.constexpr, K: gl.constexpr,
-                      BN: gl.constexpr, BK: gl.constexpr, G: gl.constexpr):
+                      QBK: gl.constexpr, h_ptr, INTER: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
+                      G: gl.constexpr):
     """The compute warps' side of experts_up (module docstring): route, hand the slots to the
     loader (CTA 0 also writes the step's record), then h[slot, :M, tile] = weight ·
-    silu(x̂ · W_gateᵀ) · (x̂ · W_upᵀ) for the CTA's tasks; with K in UP_SPLIT splits, each task's
-    split of x̂ · W_gateᵀ and of weight · x̂ · W_upᵀ (``_store_partials``). Returns the CTA's place
-    in its stream."""
+    silu(x̂ · W_gateᵀ) · (x̂ · W_upᵀ) for the CTA's tasks. Returns the CTA's place in its stream."""
     WARPS: gl.constexpr = gl.num_warps()
     XD: gl.constexpr = xring.shape[0] - 1 if QUANT else xring.shape[0]  # QUANT: the last slot is the f16 chunk
     NP: gl.constexpr = xring.shape[1]
     TN: gl.constexpr = BN // 2
     TILES: gl.constexpr = (INTER + TN - 1) // TN
-    KS: gl.constexpr = K // UP_SPLIT
-    CHUNKS: gl.constexpr = (KS + BK - 1) // BK
+    CHUNKS: gl.constexpr = (K + BK - 1) // BK
     r_layout: gl.constexpr = rows_layout(NP, E_P, WARPS)
     t_layout: gl.constexpr = rows_layout(E_P, SLOTS_P, WARPS)
     weight, table = _route(logits_ptr, L_PARTS, context_lens_ptr, M, NP, TOKENS, E, E_P, TOPK, NORMALIZE, SLOTS_P,
@@ -305,27 +254,24 @@ def stream_experts_up(pid, i, ring, ready, empty, xring, slot_table, routed_bar,
     xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_layout))
     rows = gl.arange(0, TN, layout=gl.SliceLayout(1, out_layout))
     m = gl.arange(0, NP, layout=gl.SliceLayout(0, out_layout))
-    units = n * TILES
-    total = gl.cdiv(gl.maximum(units * UP_SPLIT - pid, 0), G) * CHUNKS
+    total = gl.cdiv(gl.maximum(n * TILES - pid, 0), G) * CHUNKS
     for j in gl.static_range(XD - 1):
-        _copy_chunk(xring.index(j), x_ptr, K, _up_column(j, units, pid, KS, BK, CHUNKS, G, UP_SPLIT) + xk, K,
-                    j < total, xr, M)
+        _copy_chunk(xring.index(j), x_ptr, K, (j % CHUNKS) * BK + xk, K, j < total, xr, M)
         async_copy.commit_group()
     acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     if QUANT:  # a unit's scales, an iteration ahead (their latency hides under a unit's product)
         s_layout: gl.constexpr = vector_layout(WARPS)
-        scales, scales_up = _up_scales(0, total, units, pid, table, s, scale_ptr, INTER, UP_SPLIT, K, TN, BK, CHUNKS,
-                                       TILES, G, QBN, QBK, s_layout)
+        scales, scales_up = _up_scales(0, total, pid, table, s, scale_ptr, INTER, K, TN, BK, CHUNKS, TILES, G, QBN,
+                                       QBK, s_layout)
     for it in range(total):
         if QUANT:
             _widened(xring, it, XD, x_layout)
-            next_scales, next_scales_up = _up_scales(it + 1, total, units, pid, table, s, scale_ptr, INTER, UP_SPLIT, K,
-                                                     TN, BK, CHUNKS, TILES, G, QBN, QBK, s_layout)
+            next_scales, next_scales_up = _up_scales(it + 1, total, pid, table, s, scale_ptr, INTER, K, TN, BK, CHUNKS,
+                                                     TILES, G, QBN, QBK, s_layout)
         else:
             xb_lo, xb_hi = _x_chunk(xring, it, XD, b_layout)
         ahead = it + XD - 1  # into the slot iteration it - 1 used, which every thread has read
-        _copy_chunk(xring.index(ahead % XD), x_ptr, K, _up_column(ahead, units, pid, KS, BK, CHUNKS, G, UP_SPLIT) + xk,
-                    K, ahead < total, xr, M)
+        _copy_chunk(xring.index(ahead % XD), x_ptr, K, (ahead % CHUNKS) * BK + xk, K, ahead < total, xr, M)
         async_copy.commit_group()
         if QUANT:
             i, acc = _consume_scaled(i, ring, ready, empty, xring.index(XD), scales, scales_up, acc, QBK, True,
@@ -334,17 +280,13 @@ def stream_experts_up(pid, i, ring, ready, empty, xring, slot_table, routed_bar,
         else:
             i, acc = _consume(i, ring, ready, empty, xb_lo, xb_hi, acc, a_layout)
         if it % CHUNKS == CHUNKS - 1:
-            unit, split = _up_task(pid + (it // CHUNKS) * G, units, UP_SPLIT)
-            slot = unit // TILES
-            if UP_SPLIT == 1:
-                row_weight = _expert_column(routing_weights, _expert(table, slot, s), gl.SliceLayout(0, out_layout))
-                h = _gated_rows(acc, out_layout) * row_weight[None, :]
-                n_out = (unit % TILES) * TN + rows
-                gl.store(h_ptr + slot * M * INTER + m[None, :] * INTER + n_out[:, None], h.to(h_ptr.dtype.element_ty),
-                         mask=(n_out[:, None] < INTER) & (m[None, :] < M))
-            else:
-                _store_partials(acc, h_ptr + (split * SLOTS + slot) * M * 2 * INTER, unit % TILES,
-                                _expert(table, slot, s), routing_weights, M, INTER, TN, cols_layout(BN, NP, WARPS, 4))
+            task = pid + (it // CHUNKS) * G
+            slot = task // TILES
+            row_weight = _expert_column(routing_weights, _expert(table, slot, s), gl.SliceLayout(0, out_layout))
+            h = _gated_rows(acc, out_layout) * row_weight[None, :]
+            n_out = (task % TILES) * TN + rows
+            gl.store(h_ptr + slot * M * INTER + m[None, :] * INTER + n_out[:, None], h.to(h_ptr.dtype.element_ty),
+                     mask=(n_out[:, None] < INTER) & (m[None, :] < M))
             acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     async_copy.wait_group(0)
     gl.thread_barrier()  # the x ring is free for the next op
@@ -363,44 +305,6 @@ def _h_chunk(slot, h_ptr, j, per, total, pid, xr, xk, M: gl.constexpr, INTER: gl
     _copy_chunk(slot, base, INTER, (c % CH) * BK + xk, INTER, live, xr, M)
 
 
-STAGE_BLOCK = gl.constexpr(2048)  # elements of h a CTA forms at once in ``_stage_h``: 16 a compute thread
-
-
-@gluon.jit
-def _stage_h(pid, parts_ptr, staged_ptr, total, per, M: gl.constexpr, INTER: gl.constexpr, BK: gl.constexpr,
-             CH: gl.constexpr, TILES: gl.constexpr, SPLIT: gl.constexpr, SLOTS: gl.constexpr,
-             UP_SPLIT: gl.constexpr, G: gl.constexpr):
-    """h = silu(Σ g)·Σ (weight·u) over experts_up's UP_SPLIT partials (``_store_partials``), for
-    the chunks of this CTA's experts_down tasks only, into the CTA's own slice of ``staged_ptr``
-    ([G, SLOTS, M, INTER], laid out as the unsplit h is, so the chunk copies read it alike);
-    returns that slice, readable by the CTA's copies once every thread is past the barrier. A
-    task's chunks are ``per`` consecutive chunks of the slots' concatenated columns, formed
-    STAGE_BLOCK elements (rows × columns) at a time, each block's loads issued together."""
-    layout: gl.constexpr = gl.BlockedLayout([STAGE_BLOCK // (32 * gl.num_warps())], [32], [gl.num_warps()], [0])
-    PART: gl.constexpr = SLOTS * M * 2 * INTER  # one split's partials
-    staged = staged_ptr + pid * (SLOTS * M * INTER)
-    span = per * BK  # a task's columns
-    for task in range(pid, TILES * SPLIT, G):
-        first = (task // TILES) * per
-        for e0 in range(0, M * span, STAGE_BLOCK):
-            e = e0 + gl.arange(0, STAGE_BLOCK, layout=layout)
-            row = e // span
-            c = first + (e % span) // BK
-            column = (c % CH) * BK + e % BK
-            slot = c // CH
-            live = (row < M) & (c < total) & (column < INTER)
-            at = (slot * M + row) * (2 * INTER) + column
-            g = gl.zeros([STAGE_BLOCK], gl.float32, layout)
-            u = gl.zeros([STAGE_BLOCK], gl.float32, layout)
-            for sp in gl.static_range(UP_SPLIT):
-                g += gl.load(parts_ptr + sp * PART + at, mask=live, other=0.0, cache_modifier=".cg")
-                u += gl.load(parts_ptr + sp * PART + at + INTER, mask=live, other=0.0, cache_modifier=".cg")
-            h = g / (1.0 + gl.exp(-g)) * u
-            gl.store(staged + (slot * M + row) * INTER + column, h.to(staged_ptr.dtype.element_ty), mask=live)
-    gl.thread_barrier()
-    return staged
-
-
 @gluon.jit
 def _down_scales(it, iters, per, total, pid, table, s, scale_ptr, N: gl.constexpr, INTER: gl.constexpr,
                  BN: gl.constexpr, BK: gl.constexpr, CH: gl.constexpr, TILES: gl.constexpr, G: gl.constexpr,
@@ -416,15 +320,14 @@ def _down_scales(it, iters, per, total, pid, table, s, scale_ptr, N: gl.constexp
 
 @gluon.jit
 def stream_experts_down(pid, i, ring, ready, empty, xring, slot_table, routed_bar, routing_weights, h_ptr,
-                        UP_SPLIT: gl.constexpr, h_staged_ptr, scale_ptr,
+                        scale_ptr,
                         QUANT: gl.constexpr, QBN: gl.constexpr, QBK: gl.constexpr, residual_ptr,
                         RES_PARTS: gl.constexpr, out_ptr, N: gl.constexpr, INTER: gl.constexpr, M: gl.constexpr,
-                        BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, SLOTS: gl.constexpr,
-                        SLOTS_P: gl.constexpr, G: gl.constexpr):
+                        BN: gl.constexpr, BK: gl.constexpr, SPLIT: gl.constexpr, SLOTS_P: gl.constexpr,
+                        G: gl.constexpr):
     """The compute warps' side of experts_down (module docstring): partial ``split`` of out[:M,
     tile] = Σ over the split's chunks of h · W_down[expert]ᵀ (split 0 adds x1), the chunks' units
-    from the ring; h from experts_up's, or with UP_SPLIT, staged by the CTA from its partials
-    (``_stage_h``). Returns the CTA's place in its stream."""
+    from the ring. Returns the CTA's place in its stream."""
     WARPS: gl.constexpr = gl.num_warps()
     XD: gl.constexpr = xring.shape[0] - 1 if QUANT else xring.shape[0]  # QUANT: the last slot is the f16 chunk
     NP: gl.constexpr = xring.shape[1]
@@ -441,12 +344,8 @@ def stream_experts_down(pid, i, ring, ready, empty, xring, slot_table, routed_ba
     xr = gl.arange(0, NP, layout=gl.SliceLayout(1, x_layout))
     xk = gl.arange(0, BK, layout=gl.SliceLayout(0, x_layout))
     iters = gl.cdiv(gl.maximum(TILES * SPLIT - pid, 0), G) * per
-    if UP_SPLIT == 1:
-        h_src = h_ptr
-    else:
-        h_src = _stage_h(pid, h_ptr, h_staged_ptr, total, per, M, INTER, BK, CH, TILES, SPLIT, SLOTS, UP_SPLIT, G)
     for j in gl.static_range(XD - 1):
-        _h_chunk(xring.index(j), h_src, j, per, total, pid, xr, xk, M, INTER, BK, CH, TILES, G, iters)
+        _h_chunk(xring.index(j), h_ptr, j, per, total, pid, xr, xk, M, INTER, BK, CH, TILES, G, iters)
         async_copy.commit_group()
     acc = gl.zeros([BN, NP], gl.float32, acc_layout)
     if QUANT:  # a unit's scales, an iteration ahead
@@ -462,7 +361,7 @@ def stream_experts_down(pid, i, ring, ready, empty, xring, slot_table, routed_ba
         else:
             xb_lo, xb_hi = _x_chunk(xring, it, XD, b_layout)
         ahead = it + XD - 1
-        _h_chunk(xring.index(ahead % XD), h_src, ahead, per, total, pid, xr, xk, M, INTER, BK, CH, TILES, G, iters)
+        _h_chunk(xring.index(ahead % XD), h_ptr, ahead, per, total, pid, xr, xk, M, INTER, BK, CH, TILES, G, iters)
         async_copy.commit_group()
         task = pid + (it // per) * G
         if (task // TILES) * per + it % per < total:  # a chunk in the step's slots: the loader streamed its unit
