@@ -1,5 +1,5 @@
 """Run under ``TRITON_INTERPRET=1`` by ``test_sampler.py``: the sampling head's device functions
-over a vocabulary of several sampling chunks, given fp32 logits (no GEMV in front of them).
+over a vocabulary of many tiles, given fp32 logits (no GEMV in front of them).
 
 The logits op's per-tile work (``head.tile_parts``, one program a tile), then the sample op
 (``sample.sample_op``, one program a token row) and in a verify band the verdict op
@@ -39,10 +39,10 @@ def parts_kernel(logits, tile_max, tile_arg, positions, temperature, seed, tile_
 def sample_kernel(logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids, positions,
                   temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs,
                   DRAFT_PROBS: tl.constexpr, V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr,
-                  TILES_P: tl.constexpr, TOKENS: tl.constexpr, BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+                  TILES_P: tl.constexpr, TOKENS: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     sample_op(tl.program_id(0), None, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids,
               positions, temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS, V,
-              M, BN, TILES_P, M, TOKENS, BV, VERDICT_ROUND)
+              M, BN, TILES_P, M, TOKENS, VERDICT_ROUND)
 
 
 @triton.jit
@@ -94,12 +94,12 @@ def allowed_sets(logits: torch.Tensor, settings: list, parts: tuple, vocab: int,
 def main(case: dict) -> dict:
     gen = torch.Generator().manual_seed(case["seed"])
     settings, t = case["settings"], case.get("tokens", 1)
-    rows, vocab, bn, bv = len(settings), case["vocab"], case["block_n"], case["chunk"]
+    rows, vocab, bn = len(settings), case["vocab"], case["block_n"]
     m = rows * t
     tiles = -(-vocab // bn)
-    tiles_p = max(triton.next_power_of_2(tiles), bv // bn)
+    tiles_p = triton.next_power_of_2(tiles)
     logits = torch.randn(m, vocab, generator=gen) * case["scale"]
-    for b, at in enumerate(case["peaks"]):  # each row's likeliest ids in a chunk of its own
+    for b, at in enumerate(case["peaks"]):  # each row's likeliest ids in tiles of their own
         logits[b * t: (b + 1) * t, at: at + 40] += case["scale"] * 2
     for b in case.get("bf16_rows", []):  # logits of bf16's precision: many ids tie
         logits[b * t: (b + 1) * t] = logits[b * t: (b + 1) * t].bfloat16().float()
@@ -126,7 +126,7 @@ def main(case: dict) -> dict:
     held = torch.full((m, tiles_p), -1, dtype=torch.int32)
     sample_kernel[(m,)](logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held, next_ids, positions,
                         temperature, top_k, top_p, seeds, ids, token_emit, token_keep, q, DRAFT_PROBS=t > 1, V=vocab,
-                        M=m, BN=bn, TILES_P=tiles_p, TOKENS=t, BV=bv, VERDICT_ROUND=VERDICT_ROUND)
+                        M=m, BN=bn, TILES_P=tiles_p, TOKENS=t, VERDICT_ROUND=VERDICT_ROUND)
     if t > 1:
         verdict_kernel[(rows,)](token_emit, token_keep, accepted, emitted, M=m, TOKENS=t,
                                 T_P=triton.next_power_of_2(t))

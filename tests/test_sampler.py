@@ -27,9 +27,9 @@ def _run_worker(case: dict) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def test_the_sampler_draws_the_references_ids_over_several_chunks():
+def test_the_sampler_draws_the_references_ids_over_many_tiles():
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": SETTINGS, "vocab": 4 * 2048 + 100,
-            "block_n": 128, "chunk": 2048, "scale": 1.5,
+            "block_n": 128, "scale": 1.5,
             "peaks": PEAKS}
     out = _run_worker(case)
     assert all(out["ids"][b] == out["argmax"][b] for b in (0, 5, 9)), f"{case}: {out}"  # greedy, top-k 1
@@ -44,12 +44,13 @@ def test_the_sampler_draws_the_references_ids_over_several_chunks():
 VERIFY_SETTINGS = [(1.0, 0, 1.0), (2.0, 5, 1.0), (1.5, 0, 0.03), (1.2, 40, 0.05), (0.0, 0, 1.0)]
 
 
-def test_the_verdict_with_the_drafts_distributions_over_several_chunks():
-    """The sample op's DRAFT_PROBS verdict over a vocabulary of several chunks (the correction's
-    pass walks every one): each row's verdict is ``proposal_verdict``'s, given the same logits,
-    draws and uniforms, wherever its decisions are not within fp32's rounding."""
+def test_the_verdict_with_the_drafts_distributions_over_many_tiles():
+    """The sample op's DRAFT_PROBS verdict over a vocabulary of many tiles (the correction's
+    pass walks those that hold an allowed id: every one where every id is): each row's verdict
+    is ``proposal_verdict``'s, given the same logits, draws and uniforms, wherever its decisions
+    are not within fp32's rounding."""
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": VERIFY_SETTINGS, "tokens": 4,
-            "vocab": 3 * 2048 + 77, "block_n": 128, "chunk": 2048, "scale": 1.5,
+            "vocab": 3 * 2048 + 77, "block_n": 128, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000]}
     out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["verdict_margins"]) if margin > DECIDED]
@@ -74,7 +75,7 @@ def test_the_verdicts_allowed_set_is_the_references():
     mass test is not within fp32's rounding of the bound, and its mass is the set's within fp32's
     rounding of the sums."""
     case = {"seed": int.from_bytes(os.urandom(4), "little"), "settings": THRESHOLD_SETTINGS, "threshold": True,
-            "vocab": 4 * 2048 + 100, "block_n": 128, "chunk": 2048, "scale": 1.5,
+            "vocab": 4 * 2048 + 100, "block_n": 128, "scale": 1.5,
             "peaks": [100, 2500, 4500, 6000, 3000, 7000, 800, 5100, 1500], "bf16_rows": [7, 8]}
     out = _run_worker(case)
     decided = [b for b, margin in enumerate(out["set_margins"]) if margin > DECIDED]

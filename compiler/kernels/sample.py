@@ -26,7 +26,7 @@ def uniform(seed, v, position, round):
 def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass, held_tiles, next_ids, positions,
               temperature, top_k, top_p, seed, tokens, token_emit, token_keep, draft_probs, DRAFT_PROBS: tl.constexpr,
               V: tl.constexpr, M: tl.constexpr, BN: tl.constexpr, TILES_P: tl.constexpr, G: tl.constexpr,
-              TOKENS: tl.constexpr, BV: tl.constexpr, VERDICT_ROUND: tl.constexpr):
+              TOKENS: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """next_ids[m]: each token row's id drawn by its row's settings (``_draw``); a task per token
     row, so a verify band's token rows draw side by side. There each token row also takes its
     part of the speculative verdict, the id it emits and whether it keeps the draft after it
@@ -64,7 +64,7 @@ def sample_op(pid, pre, logits, tile_max, tile_arg, tile_z, tile_zarg, tile_mass
                 if has_draft:
                     emit, keep = _proposal_verdict(m, row * (TOKENS - 1) + j, draft, pick, logits, held_list, best,
                                                    total, tau, norm, found, tile_max, draft_probs, temp, p, k, key,
-                                                   position, V, BN, BV, TILES_P, VERDICT_ROUND)
+                                                   position, V, BN, TILES_P, VERDICT_ROUND)
             tl.store(token_emit + m, emit)
             tl.store(token_keep + m, keep.to(tl.int32))
 
@@ -97,13 +97,13 @@ def store_verdict(row, m, j, emit, keep, accepted, emitted, TOKENS: tl.constexpr
 
 @triton.jit
 def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total, tau, norm, found, tile_max,
-                      draft_probs, temp, p, k, key, position, V: tl.constexpr, BN: tl.constexpr, BV: tl.constexpr,
+                      draft_probs, temp, p, k, key, position, V: tl.constexpr, BN: tl.constexpr,
                       TILES_P: tl.constexpr, VERDICT_ROUND: tl.constexpr):
     """Token row m's verdict on ``draft``, which the proposer drew from q (``draft_probs`` row
     ``draft_row``): (the id to emit, whether the draft is kept), by the speculative-sampling rule
     over p, softmax(logits / temperature) renormalized over the row's allowed ids S (``_draw``'s
     top-k and top-p): keep d when u · q(d) < p(d), else emit a draw from max(0, p − q),
-    renormalized (Gumbel-max in one pass over the row's logits and q). ``best``, ``total``,
+    renormalized (``_correction``). ``best``, ``total``,
     ``tau``, ``norm`` and ``found`` are ``_draw``'s: the row's largest logit, the mass of every
     id, and S's threshold and mass where its draw found them. p's normalizer is ``total`` where
     S is every id, else the mass at or above S's threshold (``allowed_threshold``, from the
@@ -114,7 +114,6 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
     the rule over a one-id p. The uniforms are the row's seed's at the token's position in
     rounds past the draw's (u: round VERDICT_ROUND at id d; the correction's noise: the round
     after), independent of ``pick``'s."""
-    n = tl.arange(0, BV)
     emit = pick
     keep = draft == pick
     if (temp > 0.0) & (p > 0.0):
@@ -145,19 +144,34 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
         keep = (u_q < p_d) & in_vocabulary
         emit = tl.where(keep, draft, pick)
         if ~keep:  # the correction: a draw from max(0, p − q) (p's own draw where fp32 leaves it no mass)
-            top_z = tl.full([], float("-inf"), tl.float32)
-            for c in range(0, V, BV):
-                v = c + n
-                logit = tl.load(logits + m * V + v, mask=v < V, other=float("-inf"), cache_modifier=".cg")
-                p_v = tl.where(logit >= floor, tl.exp((logit - best) * inv_t) / norm, 0.0)
-                excess = p_v - tl.load(q + v, mask=v < V, other=0.0)
-                noise = uniform(key, v.to(tl.uint32), position, VERDICT_ROUND + 1)
-                positive = (excess > 0.0) & (v < V)
-                z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
-                chunk_z, at = tl.max(z, axis=0, return_indices=True, return_indices_tie_break_left=True)
-                emit = tl.where(chunk_z > top_z, c + at, emit)
-                top_z = tl.maximum(chunk_z, top_z)
+            emit = _correction(logits + m * V, held_list, tile_maxima(tile_max, m, V, BN, TILES_P), floor, norm, q,
+                               best, inv_t, key, position, pick, V, BN, TILES_P, VERDICT_ROUND + 1)
     return emit, keep
+
+
+@triton.jit
+def _correction(row, held_list, vals, floor, norm, q, best, inv_t, key, position, pick, V: tl.constexpr,
+                BN: tl.constexpr, TILES_P: tl.constexpr, ROUND: tl.constexpr):
+    """A draw from max(0, p − q), renormalized, p = the row's softmax over S (the ids at or above
+    ``floor``, of mass ``norm``): Gumbel-max with round ROUND's uniforms, the first id of the
+    largest, over the tiles whose max (``vals``) is at or above the floor, since p and the excess
+    are 0 elsewhere; ``pick`` where fp32 leaves the excess no mass."""
+    GT: tl.constexpr = max(1, 256 // BN)
+    top_z = tl.full([GT * BN], float("-inf"), tl.float32)  # a lane's best and its first id
+    emit = tl.full([GT * BN], V, tl.int32)
+    steps, dense, n, ahead, ahead_ok, ahead_v, tiles = walk_first(row, vals >= floor, held_list, GT, V, BN, TILES_P)
+    for step in range(0, steps):
+        logit, ok, v = ahead, ahead_ok, ahead_v
+        ahead, ahead_ok, ahead_v, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
+        p_v = tl.where(logit >= floor, tl.exp((logit - best) * inv_t) / norm, 0.0)
+        excess = p_v - tl.load(q + v, mask=ok, other=0.0)
+        noise = uniform(key, v.to(tl.uint32), position, ROUND)
+        positive = (excess > 0.0) & ok
+        z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
+        emit = tl.where(z > top_z, v, emit)  # a lane's ids ascend with the steps: the first stays on a tie
+        top_z = tl.maximum(z, top_z)
+    best_z = tl.max(top_z, axis=0)
+    return tl.where(best_z > float("-inf"), tl.min(tl.where(top_z == best_z, emit, V), axis=0), pick)
 
 
 @triton.jit

@@ -16,7 +16,6 @@ CTA_LOCAL = "cta-local: each CTA reads back only the logits tiles it wrote, afte
 HELD_LOCAL = "cta-local: each sample task writes and reads back only its token row's list, between CTA barriers"
 #: a sampling head's per-row inputs: the engine's device tensors, read in place
 SAMPLING_INPUTS = (("temperature", "fp32"), ("top_k", "i32"), ("top_p", "fp32"), ("seed", "i64"))
-SAMPLE_CHUNK = 2048  # vocabulary entries the verdict's correction pass loads at a time
 VERDICT_ROUND = 2  # the verdict's uniforms' Philox round (the correction's the next): after the draw's 0 and 1
 #: a sampled verify band's token rows' parts of the verdict (kernels/sample.sample_op → verdict_op)
 VERDICT_PARTS = ("token_emit", "token_keep")
@@ -66,8 +65,8 @@ class HeadShape:
 
     @property
     def sample_tiles_p(self) -> int:
-        """The sampler's tiles rounded up to a power of two (at least a correction chunk's)."""
-        return max(next_pow2(self.out_tiles), SAMPLE_CHUNK // self.block_n)
+        """The sampler's tiles rounded up to a power of two."""
+        return next_pow2(self.out_tiles)
 
 
 def embed_ops(m: int, hidden: int, block: int, x_parts: int, grid: int, w_dtype: str, w_bytes: int, ranks: int = 1,
@@ -205,7 +204,7 @@ def head_ops(s: HeadShape) -> tuple[Op, ...]:
                        *((n, arg[n] if verify else None) for n in VERDICT_PARTS), ("draft_probs", q),
                        ("DRAFT_PROBS", s.draft_probs), ("V", s.out_vocab), ("M", s.m), ("BN", s.block_n),
                        ("TILES_P", s.sample_tiles_p),
-                       ("G", s.grid), ("TOKENS", s.tokens), ("BV", SAMPLE_CHUNK), ("VERDICT_ROUND", VERDICT_ROUND)),
+                       ("G", s.grid), ("TOKENS", s.tokens), ("VERDICT_ROUND", VERDICT_ROUND)),
                       writes=(r["next_ids"], r["held_tiles"], *parts),
                       reads=("tile_max", "tile_arg", *draw, "logits", "held_tiles"),
                       needs=(*(Need(n, "the token row's tiles") for n in ("tile_max", "tile_arg", *draw)),
