@@ -19,7 +19,7 @@ from .plan_rules import (
     param_index,
     unguarded_kv_store,
 )
-from .ptx import Instr, Ptx, definitions, integer_op
+from .ptx import Instr, Ptx, definitions, integer_definition, integer_op
 from .ring import check_ring
 from .violations import Violation
 
@@ -95,12 +95,7 @@ def _counter_sites(p: ProgramSpec, ptx: Ptx, accesses: list[Instr], kinds: list[
     bases = {i.operands[0] for i in ptx.instrs if i.loaded_param() == counters}  # registers of the kernel
 
     def define(function: int):
-        def op(name: str):
-            found = defs.get((function, name), [])
-            if len(found) != 1:
-                raise NotEvaluable(f"{name} is defined {len(found)} times")
-            return integer_op(found[0])
-        return op
+        return lambda name: integer_definition(defs, function, name)
 
     def offset(ins: Instr) -> int:
         if ins.address is None or ins.displacement is None:

@@ -324,6 +324,18 @@ def definitions(ptx: Ptx) -> dict[Reg, list[Instr]]:
     return out
 
 
+def integer_definition(defs: dict[Reg, list[Instr]], function: int, name: str):
+    """Register ``name``'s one definition in ``function`` as an arith.Op (``definitions`` gives
+    ``defs``), or NotEvaluable: defined more than once or not at all (a parameter, a loop's
+    count), or by what no integer chain follows."""
+    from .arith import NotEvaluable
+
+    found = defs.get((function, name), [])
+    if len(found) != 1:
+        raise NotEvaluable(f"{name} is defined {len(found)} times")
+    return integer_op(found[0])
+
+
 def integer_op(ins: Instr):
     """The instruction as an arith.Op, or NotEvaluable (a load, a float, a predicated definition)."""
     from .arith import NotEvaluable, Op

@@ -23,7 +23,7 @@ import random
 from ...manifest import ProgramSpec
 from .arith import NotEvaluable, evaluate
 from .cfg import blocks_and_successors
-from .ptx import Instr, Ptx, definitions, integer_op
+from .ptx import Instr, Ptx, definitions, integer_definition
 from .violations import Violation
 
 _M32 = (1 << 32) - 1  # shared-memory addresses are 32-bit
@@ -66,11 +66,8 @@ def _difference(defs, a: Instr, b: Instr) -> int | None:
         return None
 
     def define(name: str):
-        found = defs.get((a.function, name), [])
-        if len(found) != 1:
-            raise _Leaf(name)
         try:
-            return integer_op(found[0])
+            return integer_definition(defs, a.function, name)
         except NotEvaluable:
             raise _Leaf(name) from None
 
