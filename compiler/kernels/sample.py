@@ -150,6 +150,20 @@ def _proposal_verdict(m, draft_row, draft, pick, logits, held_list, best, total,
 
 
 @triton.jit
+def _keep_first_best(z, v, top_z, best_id):
+    """A Gumbel-max walk's step: each lane's largest z so far and its id. A lane's ids ascend with
+    the walk's steps, so on a tie the first stays."""
+    return tl.maximum(z, top_z), tl.where(z > top_z, v, best_id)
+
+
+@triton.jit
+def _first_of_best(top_z, best_id, V: tl.constexpr):
+    """A Gumbel-max walk's draw: the first id of the largest z over the lanes; V where no lane has
+    a finite z (its ids are V until one has)."""
+    return tl.min(tl.where(top_z == tl.max(top_z, axis=0), best_id, V), axis=0)
+
+
+@triton.jit
 def _correction(row, held_list, vals, floor, norm, q, best, inv_t, key, position, pick, V: tl.constexpr,
                 BN: tl.constexpr, TILES_P: tl.constexpr, ROUND: tl.constexpr):
     """A draw from max(0, p − q), renormalized, p = the row's softmax over S (the ids at or above
@@ -168,10 +182,9 @@ def _correction(row, held_list, vals, floor, norm, q, best, inv_t, key, position
         noise = uniform(key, v.to(tl.uint32), position, ROUND)
         positive = (excess > 0.0) & ok
         z = tl.where(positive, tl.log(tl.where(positive, excess, 1.0)) - tl.log(-tl.log(noise)), float("-inf"))
-        emit = tl.where(z > top_z, v, emit)  # a lane's ids ascend with the steps: the first stays on a tie
-        top_z = tl.maximum(z, top_z)
-    best_z = tl.max(top_z, axis=0)
-    return tl.where(best_z > float("-inf"), tl.min(tl.where(top_z == best_z, emit, V), axis=0), pick)
+        top_z, emit = _keep_first_best(z, v, top_z, emit)
+    first = _first_of_best(top_z, emit, V)
+    return tl.where(first < V, first, pick)
 
 
 @triton.jit
@@ -275,7 +288,5 @@ def _draw_within(row, held_list, vals, tau, best, inv_t, key, position, V: tl.co
         ahead, ahead_ok, ahead_v, tiles = walk_ahead(row, held_list, n, dense, tiles, step, GT, V, BN)
         u = uniform(key, v.to(tl.uint32), position, 1)
         z = tl.where(ok & (logit >= tau), (logit - best) * inv_t - tl.log(-tl.log(u)), float("-inf"))
-        pick = tl.where(z > top_z, v, pick)  # a lane's ids ascend with the steps: the first stays on a tie
-        top_z = tl.maximum(z, top_z)
-    best_z = tl.max(top_z, axis=0)
-    return tl.min(tl.where(top_z == best_z, pick, V), axis=0)
+        top_z, pick = _keep_first_best(z, v, top_z, pick)
+    return _first_of_best(top_z, pick, V)
